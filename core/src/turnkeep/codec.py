@@ -1,0 +1,233 @@
+"""Encoding events to their stored bytes and decoding them back.
+
+Core owns the wire format; backends only store and return the bytes. One
+`EventCodec` per host holds a typed msgspec encoder and a decoder for the
+union of every registered event type, plus the limits of R15 (maximum event
+size at append; bounded decoding at load).
+
+Unknown stored types are decoded in a second stage: the envelope with `data`
+kept raw. An event marked ignorable becomes an opaque event of a class made
+on the fly (so it re-encodes to the same JSON and keeps `seq` contiguous); any
+other unknown type refuses the log with `UnknownEventTypeError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, cast
+
+import attrs
+import msgspec
+
+from turnkeep.errors import (
+    EventDecodeError,
+    EventNotSerializableError,
+    EventTooLargeError,
+    SessionCorruptError,
+    UnknownEventTypeError,
+)
+from turnkeep.events import VOCABULARY, SessionEvent, event_type_name
+
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "EventCodec", "EventRecord"]
+
+DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+"""Default ceiling on one encoded event (16 MiB)."""
+
+
+class EventRecord(msgspec.Struct, frozen=True, gc=False):
+    """An event as backends see it: its position, type, time and exact bytes.
+
+    `raw` is the complete encoded event (`{"type", "seq", "time", "data"}`),
+    produced once by core when the event was appended. Backends store it
+    verbatim and hand it back from `load`; they never re-encode it.
+    """
+
+    seq: int
+    type: str
+    time: int
+    raw: bytes
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    type: str
+    seq: int
+    time: int
+    data: msgspec.Raw = msgspec.Raw(b"null")
+    ignorable: bool = False
+
+
+_envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
+
+
+@attrs.define(eq=False)
+class EventCodec:
+    """Encodes and decodes the events of one host's registered types.
+
+    Args:
+        types: event classes beyond the built-in vocabulary (from the
+            `register_event_types` hook).
+        max_event_bytes: the largest encoded event accepted at append.
+    """
+
+    types: Sequence[type[SessionEvent]] = ()
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    _by_name: dict[str, type[SessionEvent]] = attrs.field(init=False)
+    _encoder: msgspec.json.Encoder = attrs.field(init=False)
+    _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False)
+    _opaque: dict[str, type[SessionEvent]] = attrs.field(
+        init=False, factory=dict[str, type[SessionEvent]]
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_event_bytes <= 0:
+            raise ValueError("max_event_bytes must be positive")
+        self._encoder = msgspec.json.Encoder()
+        self.set_types(self.types)
+
+    def set_types(self, types: Sequence[type[SessionEvent]]) -> None:
+        """Replace the extra (plugin) event types and rebuild the decoder.
+
+        Raises:
+            ValueError: two classes share a tag, or one reuses a built-in tag.
+        """
+        by_name: dict[str, type[SessionEvent]] = {}
+        for cls in (*VOCABULARY, *types):
+            name = event_type_name(cls)
+            if name in by_name and by_name[name] is not cls:
+                raise ValueError(f"event type {name!r} is registered twice")
+            by_name[name] = cls
+        self.types = tuple(types)
+        self._by_name = by_name
+        self._opaque = {}
+        union: Any = _union(by_name.values())
+        self._decoder = msgspec.json.Decoder(union)
+
+    @property
+    def known_types(self) -> frozenset[str]:
+        """The wire tags this codec decodes into typed events."""
+        return frozenset(self._by_name)
+
+    def encode(self, event: SessionEvent) -> bytes:
+        """Return the stored bytes of `event`.
+
+        Raises:
+            EventNotSerializableError: `data` holds something JSON cannot.
+            EventTooLargeError: the encoding exceeds `max_event_bytes`.
+        """
+        try:
+            raw = self._encoder.encode(event)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            raise EventNotSerializableError(
+                f"event {event.type!r} (seq {event.seq}) cannot be stored: its "
+                f"data is not JSON-serialisable ({exc})",
+                event_type=event.type,
+            ) from exc
+        if len(raw) > self.max_event_bytes:
+            raise EventTooLargeError(
+                f"event {event.type!r} (seq {event.seq}) is {len(raw)} bytes "
+                f"encoded, over the limit of {self.max_event_bytes}; store large "
+                "content elsewhere and reference it, or raise max_event_bytes",
+                event_type=event.type,
+            )
+        return raw
+
+    def record(self, event: SessionEvent) -> EventRecord:
+        """Snapshot `event` as the record a backend stores (see `encode`)."""
+        return EventRecord(event.seq, event.type, event.time, self.encode(event))
+
+    def decode(self, raw: bytes) -> SessionEvent:
+        """Decode one stored event.
+
+        Raises:
+            UnknownEventTypeError: the type is unknown and not ignorable.
+            EventDecodeError: the bytes are not a valid event.
+        """
+        if len(raw) > self.max_event_bytes:
+            raise EventDecodeError(
+                f"stored event of {len(raw)} bytes exceeds max_event_bytes "
+                f"({self.max_event_bytes})"
+            )
+        try:
+            return self._decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            return self._decode_unknown(raw, exc)
+        except msgspec.DecodeError as exc:
+            raise EventDecodeError(f"stored event is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise EventDecodeError("stored event is nested too deeply") from exc
+
+    def decode_log(
+        self, raws: Iterable[bytes], *, session_id: str
+    ) -> list[SessionEvent]:
+        """Decode a whole stored log and check `seq` is contiguous from 0.
+
+        Raises:
+            SessionCorruptError: an event fails to decode or is out of place;
+                `offset` is the index of the first bad event.
+            UnknownEventTypeError: see `decode`.
+        """
+        events: list[SessionEvent] = []
+        decode = self.decode
+        for index, raw in enumerate(raws):
+            try:
+                event = decode(raw)
+            except UnknownEventTypeError:
+                raise
+            except EventDecodeError as exc:
+                raise SessionCorruptError(
+                    f"session {session_id!r}: event #{index} is unreadable ({exc})",
+                    session_id=session_id,
+                    offset=index,
+                ) from exc
+            if event.seq != index:
+                raise SessionCorruptError(
+                    f"session {session_id!r}: event #{index} carries seq "
+                    f"{event.seq}; the log is not contiguous",
+                    session_id=session_id,
+                    offset=index,
+                )
+            events.append(event)
+        return events
+
+    def _decode_unknown(
+        self, raw: bytes, cause: msgspec.ValidationError
+    ) -> SessionEvent:
+        try:
+            env = _envelope_decoder.decode(raw)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise EventDecodeError(f"stored event is malformed: {cause}") from exc
+        if env.type in self._by_name:
+            # A known type whose payload does not match its schema.
+            raise EventDecodeError(
+                f"stored {env.type!r} event (seq {env.seq}) does not match its "
+                f"schema: {cause}"
+            ) from cause
+        if not env.ignorable:
+            raise UnknownEventTypeError(
+                f"stored event type {env.type!r} (seq {env.seq}) is unknown and "
+                "not marked ignorable; install the plugin that defines it"
+            )
+        cls = self._opaque.get(env.type)
+        if cls is None:
+            cls = cast(
+                "type[SessionEvent]",
+                msgspec.defstruct(
+                    "OpaqueEvent",
+                    [("data", msgspec.Raw), ("ignorable", bool, True)],
+                    bases=(SessionEvent,),
+                    tag=env.type,
+                    frozen=True,
+                    kw_only=True,
+                    gc=False,
+                    module=__name__,
+                ),
+            )
+            self._opaque[env.type] = cls
+        return cls(seq=env.seq, time=env.time, data=env.data)
+
+
+def _union(classes: Iterable[type[SessionEvent]]) -> Any:
+    result: Any = None
+    for cls in classes:
+        result = cls if result is None else result | cls
+    return result

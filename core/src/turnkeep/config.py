@@ -1,0 +1,257 @@
+"""Configuration: attrs classes, structured by a cattrs converter we own.
+
+Sources, highest precedence first:
+
+1. arguments given in code (`load_config(overrides=...)`, CLI flags);
+2. `turnkeep.toml` (top-level keys), the nearest one at or above the start
+   directory;
+3. the `[tool.turnkeep]` table of the nearest `pyproject.toml` that has one;
+4. environment variables: `TURNKEEP_<KEY>` for top-level keys (e.g.
+   `TURNKEEP_PERSISTENCE=sqlite`) and `TURNKEEP_<BACKEND>__<KEY>` for a
+   backend's options (e.g. `TURNKEEP_SQLITE__PATH=/tmp/s.db`).
+
+Unknown keys are errors, reported with where they came from. Backends declare
+their own attrs config class when they register; the host structures
+`[backends.<name>]` into it with the same converter.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
+
+from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
+from turnkeep.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "Config",
+    "PluginSelection",
+    "load_config",
+    "make_converter",
+    "structure_config",
+]
+
+T = TypeVar("T")
+
+PluginSelection: TypeAlias = Literal["all", "none"] | tuple[str, ...]
+"""Which entry-point plugins to load: all, none, or these names."""
+
+DEFAULT_BACKEND: Final = "jsonl"
+"""The backend used when configuration names none and it is installed."""
+
+_ENV_PREFIX: Final = "TURNKEEP_"
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value}")
+
+
+@attrs.frozen
+class Config:
+    """The host's configuration.
+
+    Attributes:
+        persistence: the backend to activate by name (`"jsonl"`, `"sqlite"`,
+            `"postgres"`, `"memory"`, ...), `"none"` for no persistence, or
+            unset for the default (`"jsonl"` when installed, else none).
+        plugins: which `turnkeep` entry points to load.
+        blocked_plugins: entry-point names never to load.
+        max_event_bytes: the largest encoded event accepted at append.
+        backends: per-backend option tables, keyed by backend name.
+    """
+
+    persistence: str | None = None
+    plugins: PluginSelection = "all"
+    blocked_plugins: tuple[str, ...] = ()
+    max_event_bytes: int = attrs.field(
+        default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
+    )
+    backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
+
+
+def make_converter() -> cattrs.Converter:
+    """Return a converter for configuration classes (unknown keys refused).
+
+    Strings are accepted where environment variables supply them: `"true"` /
+    `"false"` for booleans, comma-separated lists for tuples of strings.
+    """
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def bool_hook(value: object, _: type) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise ValueError(f"expected a boolean, got {value!r}")
+
+    def int_hook(value: object, _: type) -> int:
+        if isinstance(value, bool):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            return int(value.strip().replace("_", ""))
+        raise ValueError(f"expected an integer, got {value!r}")
+
+    def str_hook(value: object, _: type) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected text, got {value!r}")
+        return value
+
+    def names_hook(value: object, _: type) -> tuple[str, ...]:
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        if isinstance(value, list | tuple):
+            items: list[object] = list(value)  # pyright: ignore[reportUnknownArgumentType]
+            if all(isinstance(v, str) for v in items):
+                return tuple(str(v) for v in items)
+        raise ValueError(f"expected a list of names, got {value!r}")
+
+    def selection_hook(value: object, _: type) -> PluginSelection:
+        if value in ("all", "none"):
+            return "all" if value == "all" else "none"
+        return names_hook(value, tuple)
+
+    def path_hook(value: object, _: type) -> Path:
+        if not isinstance(value, str | Path):
+            raise ValueError(f"expected a path, got {value!r}")
+        return Path(value).expanduser()
+
+    conv.register_structure_hook(bool, bool_hook)
+    conv.register_structure_hook(int, int_hook)
+    conv.register_structure_hook(str, str_hook)
+    conv.register_structure_hook_func(lambda t: t == tuple[str, ...], names_hook)
+    conv.register_structure_hook_func(lambda t: t == PluginSelection, selection_hook)
+    conv.register_structure_hook(Path, path_hook)
+    return conv
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+
+def structure_config(
+    data: Mapping[str, Any],
+    cls: type[T],
+    *,
+    source: str,
+    converter: cattrs.Converter | None = None,
+) -> T:
+    """Structure `data` into `cls`, rendering errors for humans.
+
+    Raises:
+        ConfigurationError: unknown keys or invalid values, each named with
+            its path and `source`.
+    """
+    conv = converter if converter is not None else make_converter()
+    try:
+        return conv.structure(dict(data), cls)
+    except (ClassValidationError, ForbiddenExtraKeysError) as exc:
+        lines = cattrs.transform_error(exc)
+        raise ConfigurationError(
+            f"invalid configuration in {source}: " + "; ".join(lines)
+        ) from exc
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(f"invalid configuration in {source}: {exc}") from exc
+
+
+def load_config(
+    start: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Read configuration from files, environment and overrides.
+
+    Args:
+        start: where to look for `turnkeep.toml` / `pyproject.toml` (default:
+            the working directory; parents are searched too).
+        env: the environment (default `os.environ`).
+        overrides: highest-precedence values (same keys as the files).
+
+    Raises:
+        ConfigurationError: a file is not valid TOML, or a key or value is
+            invalid (the message names the source).
+    """
+    start = (start or Path.cwd()).resolve()
+    layers: list[tuple[str, dict[str, Any]]] = []
+    env_layer = _from_env(os.environ if env is None else env)
+    if env_layer:
+        layers.append(("environment variables", env_layer))
+    pyproject = _find_upwards(start, "pyproject.toml", table=("tool", "turnkeep"))
+    if pyproject is not None:
+        layers.append((f"{pyproject[0]} [tool.turnkeep]", pyproject[1]))
+    own = _find_upwards(start, "turnkeep.toml", table=())
+    if own is not None:
+        layers.append((str(own[0]), own[1]))
+    if overrides:
+        layers.append(("arguments", dict(overrides)))
+
+    merged: dict[str, Any] = {}
+    converter = make_converter()
+    for source, layer in layers:  # lowest precedence first
+        # Validate each layer on its own so errors name their source.
+        structure_config(layer, Config, source=source, converter=converter)
+        for key, value in layer.items():
+            if key == "backends":
+                backends: dict[str, dict[str, Any]] = merged.setdefault("backends", {})
+                for name, table in value.items():
+                    backends.setdefault(name, {}).update(table)
+            else:
+                merged[key] = value
+    return structure_config(
+        merged, Config, source="merged configuration", converter=converter
+    )
+
+
+def _find_upwards(
+    start: Path, filename: str, *, table: tuple[str, ...]
+) -> tuple[Path, dict[str, Any]] | None:
+    for directory in (start, *start.parents):
+        candidate = directory / filename
+        if not candidate.is_file():
+            continue
+        try:
+            data: dict[str, Any] = tomllib.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"cannot read {candidate}: {exc}") from exc
+        for key in table:
+            sub = data.get(key)
+            if not isinstance(sub, dict):
+                data = {}
+                break
+            data = sub  # pyright: ignore[reportUnknownVariableType]
+        if table and not data:
+            continue  # a pyproject.toml without [tool.turnkeep]: keep looking
+        return candidate, data
+    return None
+
+
+_TOP_LEVEL: Final = frozenset(f.name for f in attrs.fields(Config)) - {"backends"}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for name, value in env.items():
+        if not name.startswith(_ENV_PREFIX):
+            continue
+        key = name[len(_ENV_PREFIX) :].lower()
+        if "__" in key:
+            backend, _, option = key.partition("__")
+            if backend and option:
+                layer.setdefault("backends", {}).setdefault(backend, {})[option] = value
+        elif key in _TOP_LEVEL:
+            layer[key] = value
+        # Other TURNKEEP_* variables (e.g. test settings) are not configuration.
+    return layer

@@ -1,0 +1,319 @@
+"""Every error turnkeep raises: one tree under `TurnkeepError`.
+
+Each class carries a stable `code` to route on (never parse messages), and
+mixes in the builtin whose meaning fits, so `except LookupError` still works
+for callers that do not know turnkeep. Backends wrap driver errors
+(`OSError`, `sqlite3.Error`, `psycopg.Error`) in these with `raise ... from`.
+Messages say what happened, to which session, and what to do.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ConfigurationError",
+    "EventDecodeError",
+    "EventNotSerializableError",
+    "EventRejectedError",
+    "EventTooLargeError",
+    "FlushError",
+    "HookContractError",
+    "InvalidCursorError",
+    "InvalidForkPointError",
+    "InvalidSeedError",
+    "InvalidSessionIdError",
+    "PersistenceConflictError",
+    "PersistenceError",
+    "PersistenceNotConfiguredError",
+    "PluginNotFoundError",
+    "PluginReloadError",
+    "SequenceError",
+    "SessionClosedError",
+    "SessionCorruptError",
+    "SessionExistsError",
+    "SessionFencedError",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "SessionOwnershipError",
+    "StorageError",
+    "ToolError",
+    "TurnError",
+    "TurnInProgressError",
+    "TurnNotDurableError",
+    "TurnkeepError",
+    "UnknownBackendError",
+    "UnknownEventTypeError",
+    "UnsupportedFormatError",
+]
+
+
+class TurnkeepError(Exception):
+    """Root of every error turnkeep raises."""
+
+    code: ClassVar[str] = "turnkeep"
+
+
+# -- configuration and plugins -------------------------------------------------
+
+
+class ConfigurationError(TurnkeepError, ValueError):
+    """The configuration is invalid: unknown keys, wrong types, bad values."""
+
+    code = "configuration"
+
+
+class PersistenceNotConfiguredError(ConfigurationError):
+    """An operation needs a persistence backend and none is active."""
+
+    code = "persistence-not-configured"
+
+
+class UnknownBackendError(ConfigurationError, LookupError):
+    """Configuration names a persistence backend that no plugin registered."""
+
+    code = "unknown-backend"
+
+
+class PersistenceConflictError(ConfigurationError):
+    """Two plugins registered a persistence backend under the same name."""
+
+    code = "persistence-conflict"
+
+
+class PluginNotFoundError(ConfigurationError, LookupError):
+    """A plugin named in configuration or a call is not installed/registered."""
+
+    code = "plugin-not-found"
+
+
+class PluginReloadError(TurnkeepError):
+    """A hot reload could not import or start the new plugin.
+
+    The previous plugin is left active; nothing was lost.
+    """
+
+    code = "plugin-reload"
+
+
+class HookContractError(TurnkeepError, TypeError):
+    """A hook implementation broke its calling convention.
+
+    For example, a `session_event` implementation returned an awaitable.
+    """
+
+    code = "hook-contract"
+
+
+# -- sessions and events -------------------------------------------------------
+
+
+class InvalidSessionIdError(TurnkeepError, ValueError):
+    """A session id is empty, contains NUL, is not text, or is too long."""
+
+    code = "invalid-session-id"
+
+
+class SessionNotFoundError(TurnkeepError, LookupError):
+    """No session with this id exists (live, or in the backend)."""
+
+    code = "session-not-found"
+
+
+class SessionExistsError(TurnkeepError, ValueError):
+    """A session with this id already exists."""
+
+    code = "session-exists"
+
+
+class SessionClosedError(TurnkeepError, RuntimeError):
+    """The session was closed; it takes no more events."""
+
+    code = "session-closed"
+
+
+class InvalidForkPointError(TurnkeepError, ValueError):
+    """A fork point lies outside the source session's log."""
+
+    code = "invalid-fork-point"
+
+
+class InvalidCursorError(TurnkeepError, ValueError):
+    """A `list` cursor was not produced by this backend's `list`."""
+
+    code = "invalid-cursor"
+
+
+class InvalidSeedError(TurnkeepError, ValueError):
+    """Seed events for a new session are not a contiguous log from seq 0."""
+
+    code = "invalid-seed"
+
+
+class EventRejectedError(TurnkeepError, ValueError):
+    """An event was refused at its source, before anything buffered it.
+
+    Attributes:
+        event_type: the `type` of the refused event.
+    """
+
+    code = "event-rejected"
+
+    def __init__(self, message: str, *, event_type: str) -> None:
+        super().__init__(message)
+        self.event_type = event_type
+
+
+class EventNotSerializableError(EventRejectedError, TypeError):
+    """An event's data cannot be encoded as JSON."""
+
+    code = "event-not-serializable"
+
+
+class EventTooLargeError(EventRejectedError):
+    """An event's encoded size exceeds the configured maximum."""
+
+    code = "event-too-large"
+
+
+class EventDecodeError(TurnkeepError, ValueError):
+    """Stored event bytes could not be decoded into an event."""
+
+    code = "event-decode"
+
+
+class UnknownEventTypeError(EventDecodeError):
+    """A stored event has a type no plugin registered, and is not ignorable."""
+
+    code = "unknown-event-type"
+
+
+# -- persistence ---------------------------------------------------------------
+
+
+class PersistenceError(TurnkeepError):
+    """A persistence backend could not do what was asked."""
+
+    code = "persistence"
+
+
+class StorageError(PersistenceError, OSError):
+    """The storage underneath a backend failed (I/O, driver, server).
+
+    After a `StorageError` during a write, the backend's handle for that
+    session is poisoned: nothing was acknowledged, and recovery is a reopen.
+    """
+
+    code = "storage"
+
+
+class SequenceError(PersistenceError, ValueError):
+    """An append did not start at the stored next seq (a re-append or a gap).
+
+    Attributes:
+        session_id: the session.
+        expected: the stored next seq.
+        got: the first seq of the refused batch.
+    """
+
+    code = "sequence"
+
+    def __init__(self, message: str, *, session_id: str, expected: int, got: int):
+        super().__init__(message)
+        self.session_id = session_id
+        self.expected = expected
+        self.got = got
+
+
+class SessionCorruptError(PersistenceError):
+    """Damage inside the acknowledged log: the session cannot be loaded.
+
+    Attributes:
+        session_id: the session.
+        offset: byte offset (or row/seq position) of the first bad record,
+            when the backend can tell.
+    """
+
+    code = "session-corrupt"
+
+    def __init__(
+        self, message: str, *, session_id: str, offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.offset = offset
+
+
+class UnsupportedFormatError(PersistenceError):
+    """Stored data has a format or schema version this code cannot read."""
+
+    code = "unsupported-format"
+
+
+class SessionOwnershipError(PersistenceError):
+    """Another process owns (or took over) the right to write this session."""
+
+    code = "session-ownership"
+
+
+class SessionLockedError(SessionOwnershipError):
+    """Another live process is driving this session right now."""
+
+    code = "session-locked"
+
+
+class SessionFencedError(SessionOwnershipError):
+    """This process lost ownership of the session (a takeover fenced it out).
+
+    Nothing was written. Reload the session to continue from what the new
+    owner wrote.
+    """
+
+    code = "session-fenced"
+
+
+class FlushError(PersistenceError):
+    """A flush could not make the session's buffered events durable.
+
+    The events stay buffered, in order; the session is *unsettled* and the
+    next flush retries them.
+
+    Attributes:
+        session_id: the session.
+    """
+
+    code = "flush"
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+# -- turns ---------------------------------------------------------------------
+
+
+class TurnError(TurnkeepError):
+    """A turn could not be admitted or completed."""
+
+    code = "turn"
+
+
+class TurnInProgressError(TurnError, RuntimeError):
+    """A turn is already running on this session; nothing was changed."""
+
+    code = "turn-in-progress"
+
+
+class TurnNotDurableError(TurnError):
+    """The previous turn is not durable, so the next one may not start.
+
+    Its events stay in memory, in order; a later flush may still land them.
+    """
+
+    code = "turn-not-durable"
+
+
+class ToolError(TurnkeepError):
+    """A tool refused its input or failed in a way the loop reports."""
+
+    code = "tool"

@@ -1,0 +1,307 @@
+"""Session events: the envelope, the agent loop's vocabulary, and custom types.
+
+Every entry of a session's log is a `SessionEvent`: `{type, seq, time, data}`.
+`type` is the wire tag (`"user/message"`), `seq` counts from 0 without gaps
+within a session, `time` is epoch milliseconds from `turnkeep.clock`, and
+`data` is the event's JSON-serialisable payload. Events are persisted
+verbatim, streamed chunks included; there is no second "stored message" type.
+
+The loop's vocabulary is a set of tagged msgspec Structs (`UserMessage` with
+payload `UserMessageData`, ...). Plugins add types by subclassing
+`SessionEvent` with their own tag, or with `define_event_type`, and
+contributing them through the `register_event_types` hook. A type whose
+readers may safely skip it when its plugin is absent is *ignorable*: its
+events carry `"ignorable": true` on the wire, and a reader without the type
+keeps them opaque instead of refusing the log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias, cast
+
+import msgspec
+
+__all__ = [
+    "VOCABULARY",
+    "AssistantChunk",
+    "AssistantChunkData",
+    "AssistantMessage",
+    "AssistantMessageData",
+    "ReplayPolicy",
+    "SessionEvent",
+    "ToolCall",
+    "ToolCallData",
+    "ToolResult",
+    "ToolResultData",
+    "ToolResultStatus",
+    "TurnCheckpoint",
+    "TurnCheckpointData",
+    "TurnEnd",
+    "TurnEndData",
+    "TurnStart",
+    "TurnStartData",
+    "TurnStatus",
+    "UserMessage",
+    "UserMessageData",
+    "define_event_type",
+    "event_type_name",
+    "is_ignorable",
+]
+
+
+class SessionEvent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False
+):
+    """One entry of a session's append-only log.
+
+    Subclasses set a `tag` (the wire `type`) and narrow `data`. Instances are
+    immutable; their payloads should be too (the write-behind plugin encodes
+    each event when it is appended, so a later mutation of a nested dict
+    cannot change what is stored, but it would make the live log disagree
+    with the stored one).
+
+    Attributes:
+        seq: position in the session's log, contiguous from 0.
+        time: epoch milliseconds when the event was appended.
+        data: the JSON-serialisable payload.
+    """
+
+    seq: int
+    time: int
+    data: Any
+
+    @property
+    def type(self) -> str:
+        """The wire tag of this event (`"user/message"`, ...)."""
+        return self.__struct_config__.tag  # type: ignore[return-value]
+
+
+def event_type_name(cls: type[SessionEvent]) -> str:
+    """Return the wire tag of an event class.
+
+    Raises:
+        TypeError: if `cls` has no string tag.
+    """
+    tag = cls.__struct_config__.tag
+    if not isinstance(tag, str) or not tag:
+        raise TypeError(f"{cls.__qualname__} has no event type tag")
+    return tag
+
+
+def is_ignorable(cls: type[SessionEvent]) -> bool:
+    """Whether events of `cls` are marked ignorable on the wire."""
+    return "ignorable" in cls.__struct_fields__
+
+
+def define_event_type(
+    name: str, data_type: Any = Any, *, ignorable: bool = False
+) -> type[SessionEvent]:
+    """Create an event class for a plugin-defined type without writing one.
+
+    Args:
+        name: the wire tag, e.g. `"myplugin/note"`. By convention it is
+            `<owner>/<what>`.
+        data_type: the payload type msgspec decodes `data` into (any type
+            msgspec supports; `Any` keeps plain JSON values).
+        ignorable: mark events of this type ignorable: a reader that does not
+            know the type keeps them opaque instead of refusing the log.
+
+    Returns:
+        A frozen `SessionEvent` subclass tagged `name`.
+    """
+    if not name or "\x00" in name:
+        raise ValueError("an event type name must be non-empty text without NUL")
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [("data", data_type)]
+    if ignorable:
+        # Always encoded (no omit_defaults), so the mark survives on disk.
+        fields.append(("ignorable", bool, True))
+    cls = msgspec.defstruct(  # a SessionEvent subclass, by `bases`
+        _class_name(name),
+        fields,
+        bases=(SessionEvent,),
+        tag=name,
+        frozen=True,
+        kw_only=True,
+        gc=False,
+        module=__name__,
+    )
+    return cast("type[SessionEvent]", cls)
+
+
+def _class_name(tag: str) -> str:
+    parts = [p for p in tag.replace("-", "/").replace("_", "/").split("/") if p]
+    return "".join(p[:1].upper() + p[1:] for p in parts if p.isidentifier()) or "Event"
+
+
+# -- the agent loop's vocabulary -----------------------------------------------
+
+ReplayPolicy: TypeAlias = Literal["safe", "unsafe"]
+"""Whether a tool may be re-run after a crash (`safe`) or never (`unsafe`)."""
+
+TurnStatus: TypeAlias = Literal["completed", "failed", "cancelled", "interrupted"]
+ToolResultStatus: TypeAlias = Literal["ok", "error", "interrupted"]
+
+
+class _Payload(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    pass
+
+
+class TurnStartData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `turn/start`.
+
+    Attributes:
+        turn: the turn number, from 1 within a session.
+    """
+
+    turn: int
+
+
+class UserMessageData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `user/message`.
+
+    Attributes:
+        text: what the user said.
+        untrusted: the text came from an import or another outside source
+            and must not be treated as the user's own instruction.
+    """
+
+    text: str
+    untrusted: bool = False
+
+
+class AssistantChunkData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `assistant/chunk`: one streamed piece of the reply."""
+
+    text: str
+
+
+class AssistantMessageData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `assistant/message`: the assembled reply of one model call."""
+
+    text: str
+
+
+class ToolCallData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `tool/call`: the model asked for a tool to run.
+
+    Attributes:
+        call_id: stable id of this call; tools use it as an idempotency key.
+        name: the tool's name.
+        arguments: the JSON arguments the model gave.
+        replay: the tool's declared replay policy when the call was made.
+    """
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    replay: ReplayPolicy = "unsafe"
+
+
+class ToolResultData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `tool/result`: what one tool call produced.
+
+    Attributes:
+        call_id: the `tool/call` this result answers (exactly one).
+        output: the text handed back to the model.
+        status: `ok`, `error`, or `interrupted` (written by recovery for an
+            unsafe call whose outcome is unknown).
+    """
+
+    call_id: str
+    output: str
+    status: ToolResultStatus = "ok"
+
+
+class TurnCheckpointData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `turn/checkpoint`: a durability point inside a turn.
+
+    Attributes:
+        turn: the turn number.
+        reason: why the loop flushed here (e.g. `"unsafe-tool"`).
+    """
+
+    turn: int
+    reason: str
+
+
+class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `turn/end`.
+
+    Attributes:
+        turn: the turn number.
+        status: how the turn ended.
+        error: a short description when `status` is not `completed`.
+    """
+
+    turn: int
+    status: TurnStatus
+    error: str | None = None
+
+
+class TurnStart(SessionEvent, tag="turn/start", frozen=True, kw_only=True, gc=False):
+    """A turn began."""
+
+    data: TurnStartData
+
+
+class UserMessage(
+    SessionEvent, tag="user/message", frozen=True, kw_only=True, gc=False
+):
+    """The user said something."""
+
+    data: UserMessageData
+
+
+class AssistantChunk(
+    SessionEvent, tag="assistant/chunk", frozen=True, kw_only=True, gc=False
+):
+    """A streamed piece of the model's reply (skipped by `derive_messages`)."""
+
+    data: AssistantChunkData
+
+
+class AssistantMessage(
+    SessionEvent, tag="assistant/message", frozen=True, kw_only=True, gc=False
+):
+    """The model's assembled reply for one call."""
+
+    data: AssistantMessageData
+
+
+class ToolCall(SessionEvent, tag="tool/call", frozen=True, kw_only=True, gc=False):
+    """The model asked for a tool call."""
+
+    data: ToolCallData
+
+
+class ToolResult(SessionEvent, tag="tool/result", frozen=True, kw_only=True, gc=False):
+    """A tool call's result (or its recorded interruption)."""
+
+    data: ToolResultData
+
+
+class TurnCheckpoint(
+    SessionEvent, tag="turn/checkpoint", frozen=True, kw_only=True, gc=False
+):
+    """The loop made the turn durable so far (e.g. before an unsafe tool)."""
+
+    data: TurnCheckpointData
+
+
+class TurnEnd(SessionEvent, tag="turn/end", frozen=True, kw_only=True, gc=False):
+    """A turn ended; the loop flushes right after it."""
+
+    data: TurnEndData
+
+
+VOCABULARY: tuple[type[SessionEvent], ...] = (
+    TurnStart,
+    UserMessage,
+    AssistantChunk,
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    TurnCheckpoint,
+    TurnEnd,
+)
+"""The event types every turnkeep reader knows."""

@@ -1,0 +1,279 @@
+"""The hook specifications of turnkeep (pluggy project name `turnkeep`).
+
+Plugins implement any of these with `@turnkeep.hookimpl`. An implementation
+may accept any subset of a spec's arguments (pluggy matches them by name), so
+adding an argument to a spec is not a breaking change; renaming or removing
+one is. Hooks run last-registered first unless `tryfirst`/`trylast` says
+otherwise; pluggy stops a call at the first implementation that raises.
+
+The reference in `docs/hooks.md` is generated from this module, and a test
+keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from turnkeep.events import SessionEvent
+    from turnkeep.host import Host
+    from turnkeep.session import Session
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "turnkeep"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# -- session lifecycle -------------------------------------------------------
+
+
+@hookspec
+def session_created(session: Session) -> None:
+    """A session became live: new, seeded, forked or resumed.
+
+    Called:
+        By the session store, synchronously, right after the session is
+        registered as live and before `create`/`fork`/`resume` returns. Seed,
+        forked and resumed events are already in `session.events`; they were
+        not emitted through `session_event`. `session.origin` says which case
+        this is.
+
+    Calling convention:
+        Synchronous notification; return values are ignored. An exception
+        propagates to the caller of `create`/`fork`/`resume` after the session
+        is already live.
+
+    Args:
+        session: the live session.
+
+    Returns:
+        Nothing.
+
+    Contract:
+        MUST NOT block or do I/O on the calling thread; schedule async work
+        (a persistence plugin registers the session with its backend as a
+        task that the next flush awaits). MUST NOT append events.
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
+def session_event(session: Session, event: SessionEvent) -> None:
+    """One event was appended to a session's log.
+
+    Called:
+        By `Session.append`, after the event is numbered and added to
+        `session.events`. This is the hot path: it runs for every streamed
+        chunk.
+
+    Calling convention:
+        Synchronous. An implementation that returns an awaitable is a contract
+        violation and the host raises `HookContractError`. If an
+        implementation raises `EventRejectedError`, the event is removed from
+        the log again and the error reaches the caller of `append`; a plugin
+        that can reject events must therefore be `tryfirst` and buffer nothing
+        for a rejected event. Any other exception propagates with the event
+        kept in the log.
+
+    Args:
+        session: the session.
+        event: the appended event (frozen; its payload should be treated as
+            immutable).
+
+    Returns:
+        Nothing.
+
+    Contract:
+        MUST NOT do I/O. A persistence plugin MUST snapshot (encode) the event
+        here, so a later mutation of the live object cannot change what is
+        stored, and a non-serialisable event fails at its source with its type
+        named.
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
+def session_flush(session: Session) -> Awaitable[None] | None:
+    """Make everything appended to `session` so far durable.
+
+    Called:
+        By `Session.flush` (the agent loop flushes at every `turn/end` and
+        before an `unsafe` tool runs), by `SessionStore.close`, and by the
+        host while a plugin is being disposed or reloaded.
+
+    Calling convention:
+        Implementations may be `async def` or return an awaitable; the host
+        awaits all of them together. Their errors surface as one `FlushError`
+        (the first cause chained; several are grouped).
+
+    Args:
+        session: the session to make durable.
+
+    Returns:
+        `None` or an awaitable resolving to `None`.
+
+    Contract:
+        When the host's await returns without error, every event appended
+        before the call is durable. On failure the unsaved events MUST stay
+        buffered, in order, for the next flush to retry. MUST be cheap when
+        nothing is buffered.
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
+def session_closed(session: Session) -> Awaitable[None] | None:
+    """A session was closed: flushed, and no longer live.
+
+    Called:
+        By `SessionStore.close`, after a successful flush and after the
+        session left the live set.
+
+    Calling convention:
+        May return an awaitable; the host awaits all of them. Errors
+        propagate to the caller of `close`.
+
+    Args:
+        session: the closed session (its log stays readable).
+
+    Returns:
+        `None` or an awaitable.
+
+    Contract:
+        A persistence plugin releases the session's writer role here.
+
+    Added in: 0.1.
+    """
+
+
+# -- capabilities --------------------------------------------------------------
+
+
+@hookspec
+def register_persistence(register: Callable[..., None]) -> None:
+    """Contribute named persistence backends.
+
+    Called:
+        Once per plugin when the host starts (and for a plugin registered or
+        reloaded later, when it is added).
+
+    Calling convention:
+        Synchronous. Call `register(name, factory, config_type=None)` once
+        per backend: `factory(config)` returns a `SessionPersistence`;
+        `config_type`, an attrs class, is what the host structures the
+        backend's configuration table (`[backends.<name>]`) into, with
+        unknown keys refused. Registering a name twice raises
+        `PersistenceConflictError`.
+
+    Args:
+        register: the registration callback.
+
+    Returns:
+        Nothing.
+
+    Contract:
+        MUST only register; MUST NOT open files or connections (the host
+        activates at most one backend, chosen by configuration).
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
+def register_event_types(register: Callable[[type[SessionEvent]], None]) -> None:
+    """Contribute event types beyond the loop's vocabulary.
+
+    Called:
+        When the host starts, before any session is created.
+
+    Calling convention:
+        Synchronous. Call `register(cls)` with a `SessionEvent` subclass that
+        has a tag (or one made by `define_event_type`).
+
+    Args:
+        register: the registration callback.
+
+    Returns:
+        Nothing.
+
+    Contract:
+        A tag MUST be registered by one plugin only. Readers that lack a type
+        refuse a log containing it unless the type is ignorable.
+
+    Added in: 0.1.
+    """
+
+
+# -- plugin lifecycle ----------------------------------------------------------
+
+
+@hookspec(historic=True)
+def plugin_apply(host: Host) -> None:
+    """Start a plugin: the host is ready and sessions may already be live.
+
+    Called:
+        Once when the host starts; replayed to every plugin registered later
+        (including the fresh instance after a hot reload).
+
+    Calling convention:
+        Historic and synchronous. Schedule async start-up work as tasks.
+
+    Args:
+        host: the host (its `sessions` store lists the live sessions).
+
+    Returns:
+        Nothing.
+
+    Contract:
+        Adopt the sessions that are already live without re-writing what is
+        already durable.
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
+def plugin_dispose(host: Host) -> Awaitable[None] | None:
+    """Stop a plugin: drain its buffers and close its handles.
+
+    Called:
+        By the host for one plugin at a time: when the plugin is removed or
+        reloaded, and for every plugin (newest first) when the host closes.
+
+    Calling convention:
+        May return an awaitable; the host awaits it before unregistering the
+        plugin.
+
+    Args:
+        host: the host.
+
+    Returns:
+        `None` or an awaitable.
+
+    Contract:
+        MUST reach quiescence before returning: buffers drained (or handed
+        over), writes awaited, handles closed. Events that arrive meanwhile
+        must not be lost.
+
+    Added in: 0.1.
+    """
+
+
+def _spec_names() -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, value in globals().items()
+        if callable(value) and hasattr(value, f"{PROJECT_NAME}_spec")
+    )
+
+
+HOOK_NAMES: tuple[str, ...] = _spec_names()
+"""Names of every hook specified here."""

@@ -1,0 +1,280 @@
+"""`MemoryPersistence`: the reference backend, in memory.
+
+It keeps every contract of `SessionPersistence` that does not need a disk:
+the seq check, atomic flushes, lazy visibility, metadata-only paging, and
+ownership with fencing. Several instances over one `MemoryStorage` behave
+like several processes over one store, which is how the conformance kit
+exercises ownership. Nothing survives the Python process.
+
+Also a builtin plugin: the host registers this module, which contributes the
+backend under the name `memory`.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+import msgspec
+
+from turnkeep.clock import Clock, now_ms
+from turnkeep.codec import EventRecord
+from turnkeep.errors import (
+    InvalidCursorError,
+    SequenceError,
+    SessionExistsError,
+    SessionFencedError,
+    SessionLockedError,
+    SessionNotFoundError,
+    UnsupportedFormatError,
+)
+from turnkeep.hookspecs import hookimpl
+from turnkeep.ids import validate_session_id
+from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession, SessionPage
+
+__all__ = ["MemoryPersistence", "MemoryStorage", "register_persistence"]
+
+_owner_tokens = itertools.count(1)
+
+
+@attrs.define(eq=False)
+class _Stored:
+    meta: SessionMeta
+    events: list[bytes] = attrs.field(factory=list[bytes])
+
+
+@attrs.define(eq=False)
+class _Ownership:
+    owner: int
+    generation: int
+
+
+@attrs.define(eq=False)
+class MemoryStorage:
+    """What several `MemoryPersistence` instances share (one "disk")."""
+
+    sessions: dict[str, _Stored] = attrs.field(factory=dict[str, _Stored])
+    owners: dict[str, _Ownership] = attrs.field(factory=dict[str, _Ownership])
+    generations: dict[str, int] = attrs.field(factory=dict[str, int])
+
+
+@attrs.define(eq=False)
+class MemoryPersistence:
+    """An in-memory `SessionPersistence`.
+
+    Args:
+        storage: the shared storage (a new, empty one by default).
+        clock: where `updated_at` comes from.
+    """
+
+    storage: MemoryStorage = attrs.Factory(MemoryStorage)
+    clock: Clock = now_ms
+    _token: int = attrs.field(init=False, factory=lambda: next(_owner_tokens))
+    _pending: dict[str, SessionMeta] = attrs.field(
+        init=False, factory=dict[str, SessionMeta]
+    )
+    _held: dict[str, int] = attrs.field(init=False, factory=dict[str, int])
+    _closed: bool = attrs.field(init=False, default=False)
+
+    async def create(self, meta: SessionMeta) -> None:
+        """Register a new session (visible with its first append)."""
+        session_id = validate_session_id(meta.id)
+        if session_id in self.storage.sessions or session_id in self._pending:
+            raise SessionExistsError(f"session {session_id!r} already exists")
+        self._take(session_id, steal=False)
+        self._pending[session_id] = meta
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        """Append one flush atomically after the seq and ownership checks."""
+        session_id = validate_session_id(session_id)
+        stored = self.storage.sessions.get(session_id)
+        pending = self._pending.get(session_id)
+        if stored is None and pending is None:
+            raise SessionNotFoundError(f"no session {session_id!r} to append to")
+        if stored is not None:
+            self._check_version(stored.meta)
+        self._check_writer(session_id)
+        if not events:
+            return
+        next_seq = len(stored.events) if stored is not None else 0
+        if events[0].seq != next_seq:
+            raise SequenceError(
+                f"session {session_id!r}: append starts at seq {events[0].seq} "
+                f"but the stored log continues at {next_seq}",
+                session_id=session_id,
+                expected=next_seq,
+                got=events[0].seq,
+            )
+        for offset, record in enumerate(events):
+            if record.seq != next_seq + offset:
+                raise SequenceError(
+                    f"session {session_id!r}: batch is not contiguous at "
+                    f"seq {record.seq}",
+                    session_id=session_id,
+                    expected=next_seq + offset,
+                    got=record.seq,
+                )
+        if stored is None:
+            assert pending is not None  # noqa: S101 - narrowed by the check above
+            stored = _Stored(meta=pending)
+            self.storage.sessions[session_id] = stored
+            del self._pending[session_id]
+        stored.events.extend(bytes(r.raw) for r in events)
+        stored.meta = _with_summary(
+            stored.meta,
+            updated_at=max(stored.meta.summary.updated_at, self.clock()),
+            event_count=len(stored.events),
+        )
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """Return the stored metadata and events."""
+        stored = self._stored(session_id)
+        self._check_version(stored.meta)
+        return LoadedSession(meta=stored.meta, events=list(stored.events))
+
+    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
+        """Page through stored sessions, newest first."""
+        if limit <= 0:
+            raise ValueError("limit must be positive")
+        items = sorted(self.storage.sessions.values(), key=_order)
+        if cursor is not None:
+            after = _decode_cursor(cursor)
+            items = [s for s in items if _order(s) > after]
+        page = [s.meta for s in items[:limit]]
+        more = len(items) > limit
+        return SessionPage(
+            items=page,
+            next_cursor=_encode_cursor(_order(items[limit - 1])) if more else None,
+        )
+
+    async def has(self, session_id: str) -> bool:
+        """Whether the session is stored."""
+        return validate_session_id(session_id) in self.storage.sessions
+
+    async def delete(self, session_id: str) -> None:
+        """Remove the session and its ownership record."""
+        self._stored(session_id)
+        del self.storage.sessions[session_id]
+        self.storage.owners.pop(session_id, None)
+        self._held.pop(session_id, None)
+
+    async def update(self, session_id: str, summary: SessionSummary) -> None:
+        """Replace the summary (keeping the backend-maintained count)."""
+        session_id = validate_session_id(session_id)
+        pending = self._pending.get(session_id)
+        if pending is not None:
+            self._pending[session_id] = _with_summary(
+                msgspec.structs.replace(pending, summary=summary),
+                event_count=0,
+                updated_at=max(summary.updated_at, self.clock()),
+            )
+            return
+        stored = self._stored(session_id)
+        stored.meta = _with_summary(
+            msgspec.structs.replace(stored.meta, summary=summary),
+            event_count=len(stored.events),
+            updated_at=max(summary.updated_at, self.clock()),
+        )
+
+    async def claim(self, session_id: str, *, steal: bool = False) -> None:
+        """Take the writer role of a stored session."""
+        self._stored(session_id)
+        self._take(session_id, steal=steal)
+
+    async def release(self, session_id: str) -> None:
+        """Give up the writer role if held."""
+        generation = self._held.pop(session_id, None)
+        current = self.storage.owners.get(session_id)
+        if (
+            generation is not None
+            and current is not None
+            and current.owner == self._token
+        ):
+            del self.storage.owners[session_id]
+        self._pending.pop(session_id, None)
+
+    async def aclose(self) -> None:
+        """Release every writer role."""
+        for session_id in list(self._held):
+            await self.release(session_id)
+        self._pending.clear()
+        self._closed = True
+
+    # -- internals ---------------------------------------------------------
+
+    def _stored(self, session_id: str) -> _Stored:
+        session_id = validate_session_id(session_id)
+        stored = self.storage.sessions.get(session_id)
+        if stored is None:
+            raise SessionNotFoundError(f"no stored session {session_id!r}")
+        return stored
+
+    def _take(self, session_id: str, *, steal: bool) -> None:
+        owners = self.storage.owners
+        current = owners.get(session_id)
+        if current is not None and current.owner != self._token and not steal:
+            raise SessionLockedError(
+                f"session {session_id!r} is being written by another owner; "
+                "take it over explicitly (steal=True) if that owner is gone"
+            )
+        if current is not None and current.owner == self._token:
+            return
+        generation = self.storage.generations.get(session_id, 0) + 1
+        self.storage.generations[session_id] = generation
+        owners[session_id] = _Ownership(owner=self._token, generation=generation)
+        self._held[session_id] = generation
+
+    def _check_writer(self, session_id: str) -> None:
+        current = self.storage.owners.get(session_id)
+        held = self._held.get(session_id)
+        if held is not None and (current is None or current.generation != held):
+            raise SessionFencedError(
+                f"session {session_id!r} was taken over by another owner; this "
+                "instance may no longer write it (nothing was written)"
+            )
+        if held is None:
+            self._take(session_id, steal=False)
+
+    @staticmethod
+    def _check_version(meta: SessionMeta) -> None:
+        if meta.header.format_version > FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"session {meta.id!r} has format version "
+                f"{meta.header.format_version}; this turnkeep reads up to "
+                f"{FORMAT_VERSION}"
+            )
+
+
+def _with_summary(meta: SessionMeta, **changes: Any) -> SessionMeta:
+    return msgspec.structs.replace(
+        meta, summary=msgspec.structs.replace(meta.summary, **changes)
+    )
+
+
+def _order(stored: _Stored) -> tuple[int, str]:
+    return (-stored.meta.summary.updated_at, stored.meta.id)
+
+
+_cursor_codec: Final = msgspec.json.Encoder()
+_cursor_decoder: Final = msgspec.json.Decoder(tuple[int, str])
+
+
+def _encode_cursor(key: tuple[int, str]) -> str:
+    return base64.urlsafe_b64encode(_cursor_codec.encode(key)).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        return _cursor_decoder.decode(base64.urlsafe_b64decode(cursor.encode("ascii")))
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise InvalidCursorError(f"invalid list cursor {cursor!r}") from exc
+
+
+@hookimpl
+def register_persistence(register: Callable[..., None]) -> None:
+    """Contribute the `memory` backend."""
+    register("memory", lambda _config: MemoryPersistence())  # pyright: ignore[reportUnknownLambdaType]

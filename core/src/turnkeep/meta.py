@@ -1,0 +1,90 @@
+"""Session metadata: the immutable header and the mutable summary.
+
+Metadata never enters the event log. `SessionHeader` is fixed when a session
+is created (id, format version, creation time, working directory, and for a
+fork its parent and fork point). `SessionSummary` changes over the session's
+life (title, first prompt, status, last update) and is what listings show.
+`SessionMeta` carries both. All three are msgspec Structs: they go on disk.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ForkPoint",
+    "SessionHeader",
+    "SessionMeta",
+    "SessionStatus",
+    "SessionSummary",
+]
+
+FORMAT_VERSION: Final = 1
+"""The session format version this code writes and the newest it reads."""
+
+SessionStatus: TypeAlias = Literal["active", "idle", "interrupted", "failed", "closed"]
+
+
+class ForkPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a forked session came from.
+
+    Attributes:
+        session_id: the parent session.
+        seq: how many of the parent's events the fork inherited (its events
+            `0 .. seq-1`).
+    """
+
+    session_id: str
+    seq: int
+
+
+class SessionHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """What never changes about a session.
+
+    Attributes:
+        id: the session id, exactly as the caller gave it.
+        format_version: the format the session was written in.
+        created_at: epoch milliseconds.
+        cwd: the working directory the session belongs to (for grouping).
+        parent: for a fork, the parent session and fork point.
+    """
+
+    id: str
+    format_version: int = FORMAT_VERSION
+    created_at: int = 0
+    cwd: str | None = None
+    parent: ForkPoint | None = None
+
+
+class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What listings show, and what may change after creation.
+
+    Attributes:
+        updated_at: epoch milliseconds of the last append or update.
+        title: a short human title.
+        first_prompt: the first user message (truncated by whoever sets it).
+        status: where the session stands.
+        event_count: how many events are durable (maintained by backends;
+            a value passed to `update` is ignored).
+    """
+
+    updated_at: int = 0
+    title: str | None = None
+    first_prompt: str | None = None
+    status: SessionStatus = "active"
+    event_count: int = 0
+
+
+class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's header and summary together."""
+
+    header: SessionHeader
+    summary: SessionSummary = SessionSummary()
+
+    @property
+    def id(self) -> str:
+        """The session id (from the header)."""
+        return self.header.id

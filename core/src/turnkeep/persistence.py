@@ -1,0 +1,205 @@
+"""The persistence seam: the `SessionPersistence` protocol and its contracts.
+
+Implemented by backends (`MemoryPersistence` in core; `turnkeep-jsonl`,
+`turnkeep-sqlite`, `turnkeep-postgres`; third parties). Consumed by the
+write-behind plugin (`turnkeep.writebehind`), the session store's resume
+path, and the CLI. Backends never see event objects: they store and return
+`EventRecord`s / event bytes exactly as core encoded them.
+
+Contracts every backend keeps (the conformance kit, `turnkeep.conformance`,
+checks each one; the names in brackets are the kit's):
+
+- [append-only] Committed events are never rewritten. The first record of an
+  `append` MUST carry the stored next seq; a re-append or a gap raises
+  `SequenceError` (with the stored next seq) and writes nothing.
+- [atomic-flush] One `append` call is one flush, the unit of atomicity:
+  `load` returns whole flushes only. A torn or unacknowledged tail left by a
+  crash is excluded by `load` and cut (and kept aside) by the first `append`
+  after it, never by `load`; damage inside acknowledged data raises
+  `SessionCorruptError`, never a silently shorter history.
+- [durable-ack] When `append` returns, its records survive a process crash
+  (and, for backends that claim it, power loss).
+- [lazy] A session becomes visible to `has`, `list` and `load` with its
+  first appended flush; `create` alone writes nothing durable. An `update`
+  before that flush is kept and lands with it.
+- [list-metadata-only] `list` reads headers and summaries, never whole logs;
+  it pages newest first by `updated_at` (ties by id), with an opaque cursor.
+- [ids] Ids are untrusted: any id `validate_session_id` accepts round-trips
+  exactly, distinct ids never collide (also after case folding), and an
+  invalid id raises `InvalidSessionIdError` before anything is touched.
+- [format-version] A stored format or schema newer than the code is refused
+  with `UnsupportedFormatError` by `load` and `append` without changing a
+  byte.
+- [one-writer] One process writes a session at a time. `create` and `claim`
+  (and an `append` on an unclaimed session) take the writer role; another
+  live owner makes them raise `SessionLockedError` at once. `claim(...,
+  steal=True)` takes over and fences the old owner, whose later appends raise
+  `SessionFencedError` and write nothing. Reads take no lock.
+- [errors] Driver errors are wrapped in `turnkeep.errors` types.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+import msgspec
+
+from turnkeep.codec import EventRecord
+from turnkeep.errors import ConfigurationError
+from turnkeep.meta import SessionMeta, SessionSummary
+
+__all__ = [
+    "PROTOCOL_METHODS",
+    "LoadedSession",
+    "SessionPage",
+    "SessionPersistence",
+    "validate_backend",
+]
+
+
+class LoadedSession(msgspec.Struct, frozen=True, kw_only=True):
+    """What `load` returns.
+
+    Attributes:
+        meta: the header and current summary.
+        events: each durable event's exact stored bytes, in seq order.
+    """
+
+    meta: SessionMeta
+    events: list[bytes]
+
+
+class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of `list`, newest first.
+
+    Attributes:
+        items: the sessions of this page.
+        next_cursor: pass to `list(cursor=...)` for the next page; `None` on
+            the last page.
+    """
+
+    items: list[SessionMeta]
+    next_cursor: str | None = None
+
+
+class SessionPersistence(Protocol):
+    """A durable store of session logs and metadata (all methods async)."""
+
+    async def create(self, meta: SessionMeta) -> None:
+        """Register a new session's header and take the writer role for it.
+
+        May defer every durable write to the first `append` (see [lazy]).
+
+        Raises:
+            SessionExistsError: a session with this id is already stored.
+            SessionLockedError: another process is creating/driving this id.
+        """
+        ...
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        """Durably persist one flush of events (atomically: all or nothing).
+
+        Raises:
+            SequenceError: `events[0].seq` is not the stored next seq.
+            SessionNotFoundError: the session was neither created nor stored.
+            SessionLockedError: another process owns the session.
+            SessionFencedError: this instance's ownership was taken over.
+            UnsupportedFormatError: the stored session is of a newer format.
+            StorageError: the storage failed; nothing was acknowledged.
+        """
+        ...
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """Return the session's metadata and durable events. Read-only.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionCorruptError: acknowledged data is damaged.
+            UnsupportedFormatError: the stored format is newer than the code.
+        """
+        ...
+
+    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
+        """Return one page of stored sessions, newest first. Read-only."""
+        ...
+
+    async def has(self, session_id: str) -> bool:
+        """Whether a session is stored (has at least one durable flush)."""
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Remove a stored session and everything it owns.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+        """
+        ...
+
+    async def update(self, session_id: str, summary: SessionSummary) -> None:
+        """Replace the session's mutable summary; never touches the event log.
+
+        `summary.event_count` is ignored (the backend maintains it) and
+        `updated_at` is raised to at least the backend's own clock reading.
+
+        Raises:
+            SessionNotFoundError: the session was neither created nor stored.
+        """
+        ...
+
+    async def claim(self, session_id: str, *, steal: bool = False) -> None:
+        """Take the writer role for a stored session.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionLockedError: another live owner holds it and not `steal`.
+        """
+        ...
+
+    async def release(self, session_id: str) -> None:
+        """Give up the writer role (no-op if not held)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release every writer role and close every handle. Idempotent."""
+        ...
+
+
+PROTOCOL_METHODS: tuple[str, ...] = (
+    "create",
+    "append",
+    "load",
+    "list",
+    "has",
+    "delete",
+    "update",
+    "claim",
+    "release",
+    "aclose",
+)
+
+
+def validate_backend(backend: object, *, name: str = "backend") -> SessionPersistence:
+    """Check that `backend` implements `SessionPersistence` with async methods.
+
+    `runtime_checkable` would check names only; this also checks each method
+    is a coroutine function, so a sync method fails at activation rather than
+    at the first flush.
+
+    Raises:
+        ConfigurationError: a method is missing or not `async`.
+    """
+    problems: list[str] = []
+    for method in PROTOCOL_METHODS:
+        fn = getattr(backend, method, None)
+        if fn is None:
+            problems.append(f"missing {method}()")
+        elif not inspect.iscoroutinefunction(fn):
+            problems.append(f"{method}() is not async")
+    if problems:
+        raise ConfigurationError(
+            f"persistence backend {name!r} ({type(backend).__qualname__}) does not "
+            f"implement SessionPersistence: {', '.join(problems)}"
+        )
+    return cast("SessionPersistence", backend)

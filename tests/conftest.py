@@ -1,0 +1,3 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
