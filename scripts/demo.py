@@ -32,6 +32,7 @@ SCRIPT = [
 
 
 async def main() -> None:
+    """Run the scripted conversation and print what was stored."""
     config = load_config()
     async with Host(config) as host:
         backend = host.persistence_name or "none (in memory only)"

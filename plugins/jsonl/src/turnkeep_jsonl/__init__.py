@@ -1,0 +1,1 @@
+"""turnkeep-jsonl: the file backend (work in progress)."""

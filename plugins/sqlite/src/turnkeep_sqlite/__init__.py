@@ -1,0 +1,1 @@
+"""turnkeep-sqlite: the SQLite backend (work in progress)."""
