@@ -1,3 +1,5 @@
 """Fixtures shared by the whole suite."""
 
 from __future__ import annotations
+
+pytest_plugins = ["pytester"]

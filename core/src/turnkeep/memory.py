@@ -20,7 +20,6 @@ from typing import Any, Final
 import attrs
 import msgspec
 
-from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     InvalidCursorError,
@@ -68,11 +67,9 @@ class MemoryPersistence:
 
     Args:
         storage: the shared storage (a new, empty one by default).
-        clock: where `updated_at` comes from.
     """
 
     storage: MemoryStorage = attrs.Factory(MemoryStorage)
-    clock: Clock = now_ms
     _token: int = attrs.field(init=False, factory=lambda: next(_owner_tokens))
     _pending: dict[str, SessionMeta] = attrs.field(
         init=False, factory=dict[str, SessionMeta]
@@ -126,7 +123,7 @@ class MemoryPersistence:
         stored.events.extend(bytes(r.raw) for r in events)
         stored.meta = _with_summary(
             stored.meta,
-            updated_at=max(stored.meta.summary.updated_at, self.clock()),
+            updated_at=max(stored.meta.summary.updated_at, events[-1].time),
             event_count=len(stored.events),
         )
 
@@ -170,14 +167,14 @@ class MemoryPersistence:
             self._pending[session_id] = _with_summary(
                 msgspec.structs.replace(pending, summary=summary),
                 event_count=0,
-                updated_at=max(summary.updated_at, self.clock()),
+                updated_at=max(summary.updated_at, pending.summary.updated_at),
             )
             return
         stored = self._stored(session_id)
         stored.meta = _with_summary(
             msgspec.structs.replace(stored.meta, summary=summary),
             event_count=len(stored.events),
-            updated_at=max(summary.updated_at, self.clock()),
+            updated_at=max(summary.updated_at, stored.meta.summary.updated_at),
         )
 
     async def claim(self, session_id: str, *, steal: bool = False) -> None:

@@ -24,6 +24,11 @@ checks each one; the names in brackets are the kit's):
   before that flush is kept and lands with it.
 - [list-metadata-only] `list` reads headers and summaries, never whole logs;
   it pages newest first by `updated_at` (ties by id), with an opaque cursor.
+- [summary] `update` replaces title, first prompt and status, never the log,
+  and an `append` never loses them. Backends keep `event_count` (durable
+  events) and `updated_at`, which only moves forward: to the last record's
+  `time` on `append`, to the given `updated_at` on `update`. Backends read no
+  clock of their own, so ordering follows the sessions' clock.
 - [ids] Ids are untrusted: any id `validate_session_id` accepts round-trips
   exactly, distinct ids never collide (also after case folding), and an
   invalid id raises `InvalidSessionIdError` before anything is touched.
@@ -140,8 +145,7 @@ class SessionPersistence(Protocol):
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the session's mutable summary; never touches the event log.
 
-        `summary.event_count` is ignored (the backend maintains it) and
-        `updated_at` is raised to at least the backend's own clock reading.
+        `summary.event_count` is ignored (the backend maintains it).
 
         Raises:
             SessionNotFoundError: the session was neither created nor stored.

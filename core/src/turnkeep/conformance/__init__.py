@@ -1,0 +1,69 @@
+"""The backend conformance kit: contract classes every backend must pass.
+
+Implemented here; consumed by backend test suites (turnkeep's own and third
+parties'). Nothing here is collected by pytest until a test module subclasses
+a contract with a name starting with `Test` and provides one fixture,
+`make_backend`: a zero-argument callable building a backend instance over the
+test's own fresh storage. A backend's whole test file can be:
+
+    import pytest
+    from turnkeep.conformance import PersistenceContract
+    from mybackend import MyPersistence
+
+    class TestMyBackend(PersistenceContract):
+        supports_multiple_processes = True
+
+        @pytest.fixture
+        def make_backend(self, tmp_path):
+            return lambda: MyPersistence(tmp_path / "store")
+
+Capabilities are declared as class attributes (see `BackendHarness`); tests
+that need an undeclared one are skipped with the reason. Requires the
+`conformance` extra (`pip install "turnkeep[conformance]"`): pytest and
+pytest-asyncio.
+"""
+
+from __future__ import annotations
+
+from ._append import AppendContract
+from ._damage import CrashTailContract, FormatVersionContract
+from ._delete import DeleteContract
+from ._harness import BackendHarness, MakeBackend
+from ._ids import HOSTILE_IDS, IdsContract
+from ._listing import ListContract
+from ._load import LoadContract
+from ._metadata import MetadataContract
+from ._ownership import OwnershipContract
+from ._sessions import SessionsContract
+
+__all__ = [
+    "HOSTILE_IDS",
+    "AppendContract",
+    "BackendHarness",
+    "CrashTailContract",
+    "DeleteContract",
+    "FormatVersionContract",
+    "IdsContract",
+    "ListContract",
+    "LoadContract",
+    "MakeBackend",
+    "MetadataContract",
+    "OwnershipContract",
+    "PersistenceContract",
+    "SessionsContract",
+]
+
+
+class PersistenceContract(
+    AppendContract,
+    LoadContract,
+    ListContract,
+    MetadataContract,
+    DeleteContract,
+    IdsContract,
+    OwnershipContract,
+    CrashTailContract,
+    FormatVersionContract,
+    SessionsContract,
+):
+    """Every contract at once."""

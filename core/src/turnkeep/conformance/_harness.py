@@ -1,0 +1,199 @@
+"""The fixtures and helpers every contract class shares.
+
+A backend's test module subclasses the contract classes and provides one
+fixture, `make_backend`: a zero-argument callable that returns a new backend
+instance over *this test's* storage (fresh and empty per test). Calling it
+twice gives two instances over the same storage, which is how the kit
+simulates a restart (`supports_reopen`) and a second process
+(`supports_multiple_processes`).
+
+Capabilities are declared as class attributes, never detected. Tests that
+need one are skipped, with the reason, when it is not declared. Contracts that
+need to damage or age stored data call the optional methods below, which a
+backend's subclass implements when it declares the matching capability.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, ClassVar
+
+import pytest
+import pytest_asyncio
+
+from turnkeep.codec import EventCodec, EventRecord
+from turnkeep.events import (
+    AssistantMessage,
+    AssistantMessageData,
+    SessionEvent,
+    TurnEnd,
+    TurnEndData,
+    TurnStart,
+    TurnStartData,
+    UserMessage,
+    UserMessageData,
+)
+from turnkeep.ids import new_session_id
+from turnkeep.meta import ForkPoint, SessionHeader, SessionMeta, SessionSummary
+from turnkeep.persistence import SessionPersistence, validate_backend
+
+__all__ = ["BackendHarness", "MakeBackend"]
+
+MakeBackend = Callable[[], Any]
+"""Returns a new backend instance over the current test's storage."""
+
+_codec = EventCodec()
+_clock = itertools.count(1_700_000_000_000, 1000)
+
+
+class BackendHarness:
+    """Base of every contract class: capabilities, fixtures and helpers.
+
+    Capabilities (override as class attributes):
+        supports_reopen: a new instance over the same storage sees everything
+            an earlier instance acknowledged (true for any durable backend).
+        supports_multiple_processes: two instances over one storage are two
+            independent owners (one-writer rule, fencing).
+        supports_tail_damage: `tear_tail` is implemented.
+        supports_committed_damage: `damage_committed` is implemented.
+        supports_format_aging: `write_newer_format` and `storage_digest` are
+            implemented.
+    """
+
+    supports_reopen: ClassVar[bool] = True
+    supports_multiple_processes: ClassVar[bool] = True
+    supports_tail_damage: ClassVar[bool] = False
+    supports_committed_damage: ClassVar[bool] = False
+    supports_format_aging: ClassVar[bool] = False
+
+    # -- optional storage manipulation (implement with the capability) -------
+
+    async def tear_tail(self, session_id: str) -> None:
+        """Leave a torn, unacknowledged flush after the session's last flush.
+
+        As a crash in the middle of writing a flush would: partial bytes of
+        records that were never acknowledged.
+        """
+        raise NotImplementedError
+
+    async def damage_committed(self, session_id: str) -> None:
+        """Corrupt acknowledged data of the session (not its last flush)."""
+        raise NotImplementedError
+
+    async def write_newer_format(self, session_id: str) -> None:
+        """Make the stored session claim a format version newer than the code."""
+        raise NotImplementedError
+
+    async def storage_digest(self) -> bytes:
+        """A digest of every byte the backend stored (to prove nothing changed)."""
+        raise NotImplementedError
+
+    # -- fixtures ------------------------------------------------------------
+
+    @pytest.fixture
+    def make_backend(self) -> MakeBackend:
+        """Provided by the backend's test module: see the module docstring."""
+        raise NotImplementedError(
+            "subclass the contract and define a `make_backend` fixture returning "
+            "a zero-argument callable that builds a backend over this test's storage"
+        )
+
+    @pytest_asyncio.fixture
+    async def open_backend(
+        self, make_backend: MakeBackend
+    ) -> AsyncIterator[Callable[[], SessionPersistence]]:
+        """Open instances over this test's storage; all are closed afterwards."""
+        opened: list[SessionPersistence] = []
+
+        def open_one() -> SessionPersistence:
+            backend = validate_backend(make_backend(), name="backend under test")
+            opened.append(backend)
+            return backend
+
+        yield open_one
+        for backend in reversed(opened):
+            await backend.aclose()
+
+    @pytest_asyncio.fixture
+    async def backend(
+        self, open_backend: Callable[[], SessionPersistence]
+    ) -> SessionPersistence:
+        """The first backend instance of the test."""
+        return open_backend()
+
+    # -- helpers -------------------------------------------------------------
+
+    def need(self, capability: str) -> None:
+        """Skip the test unless the backend declares `capability`."""
+        if not getattr(self, capability):
+            pytest.skip(f"backend does not declare {capability}")
+
+    @staticmethod
+    def meta(
+        session_id: str | None = None,
+        *,
+        title: str | None = None,
+        parent: ForkPoint | None = None,
+        cwd: str | None = "/work/project",
+    ) -> SessionMeta:
+        """A fresh session's metadata."""
+        created = next(_clock)
+        return SessionMeta(
+            header=SessionHeader(
+                id=session_id if session_id is not None else new_session_id(),
+                created_at=created,
+                cwd=cwd,
+                parent=parent,
+            ),
+            summary=SessionSummary(updated_at=created, title=title),
+        )
+
+    @staticmethod
+    def records(start: int, count: int, *, text: str = "hello") -> list[EventRecord]:
+        """`count` encoded events numbered from `start` (a plausible turn)."""
+        out: list[EventRecord] = []
+        for seq in range(start, start + count):
+            event: SessionEvent
+            position = seq % 4
+            if position == 0:
+                event = TurnStart(seq=seq, time=next(_clock), data=TurnStartData(turn=seq))
+            elif position == 1:
+                event = UserMessage(
+                    seq=seq, time=next(_clock), data=UserMessageData(text=f"{text} {seq}")
+                )
+            elif position == 2:
+                event = AssistantMessage(
+                    seq=seq,
+                    time=next(_clock),
+                    data=AssistantMessageData(text=f"re: {text} {seq} — ✓ ünïcödé"),
+                )
+            else:
+                event = TurnEnd(
+                    seq=seq, time=next(_clock), data=TurnEndData(turn=seq, status="completed")
+                )
+            out.append(_codec.record(event))
+        return out
+
+    async def stored(
+        self,
+        backend: SessionPersistence,
+        *,
+        flushes: Sequence[int] = (4,),
+        session_id: str | None = None,
+        title: str | None = None,
+    ) -> tuple[SessionMeta, list[EventRecord]]:
+        """Create a session and append one flush per entry of `flushes`."""
+        meta = self.meta(session_id, title=title)
+        await backend.create(meta)
+        written: list[EventRecord] = []
+        for size in flushes:
+            batch = self.records(len(written), size)
+            await backend.append(meta.id, batch)
+            written.extend(batch)
+        return meta, written
+
+    @staticmethod
+    def raws(records: Sequence[EventRecord]) -> list[bytes]:
+        """The stored bytes of `records`."""
+        return [bytes(r.raw) for r in records]

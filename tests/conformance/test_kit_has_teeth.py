@@ -1,0 +1,135 @@
+"""The kit fails deliberately broken backends (run in a child pytest)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+BROKEN = textwrap.dedent(
+    '''
+    import msgspec
+    import pytest
+
+    from turnkeep.conformance import (
+        AppendContract, CrashTailContract, ListContract, MetadataContract,
+    )
+    from turnkeep.memory import MemoryPersistence, MemoryStorage
+    from turnkeep.persistence import SessionPage
+
+
+    class MergesReappends(MemoryPersistence):
+        """Drops records it already has instead of refusing the append."""
+
+        async def append(self, session_id, events):
+            stored = self.storage.sessions.get(session_id)
+            have = len(stored.events) if stored else 0
+            events = [r for r in events if r.seq >= have]
+            await super().append(session_id, events)
+
+
+    class ShortensOnDamage(MemoryPersistence):
+        """Returns the readable prefix when acknowledged data is damaged."""
+
+        damaged: set = set()
+
+        async def load(self, session_id):
+            loaded = await super().load(session_id)
+            if session_id in self.damaged:
+                return msgspec.structs.replace(loaded, events=loaded.events[:4])
+            return loaded
+
+
+    class ForgetsPagination(MemoryPersistence):
+        """Lists everything in one page, whatever the limit and cursor."""
+
+        async def list(self, *, limit=100, cursor=None):
+            page = await super().list(limit=10_000)
+            return SessionPage(items=page.items, next_cursor=None)
+
+
+    class LosesSummaryOnAppend(MemoryPersistence):
+        """Rewrites the summary from scratch on every append."""
+
+        async def append(self, session_id, events):
+            await super().append(session_id, events)
+            stored = self.storage.sessions.get(session_id)
+            if stored is not None:
+                fresh = msgspec.structs.replace(
+                    stored.meta.summary, title=None, status="active", first_prompt=None
+                )
+                stored.meta = msgspec.structs.replace(stored.meta, summary=fresh)
+
+
+    class TestMergesReappends(AppendContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: MergesReappends(storage)
+
+
+    class TestShortensOnDamage(CrashTailContract):
+        supports_committed_damage = True
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: ShortensOnDamage(storage)
+
+        async def damage_committed(self, session_id):
+            ShortensOnDamage.damaged.add(session_id)
+
+
+    class TestForgetsPagination(ListContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: ForgetsPagination(storage)
+
+
+    class TestLosesSummaryOnAppend(MetadataContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: LosesSummaryOnAppend(storage)
+    '''
+)
+
+EXPECTED_FAILURES = {
+    "TestMergesReappends": {
+        "test_reappend_of_a_stored_seq_is_refused_and_writes_nothing",
+        "test_full_reappend_is_refused",
+    },
+    "TestShortensOnDamage": {
+        "test_damage_inside_acknowledged_data_is_an_error_not_a_shorter_log",
+    },
+    "TestForgetsPagination": {
+        "test_limit_is_respected",
+    },
+    "TestLosesSummaryOnAppend": {
+        "test_summary_survives_later_appends",
+        "test_update_before_the_first_flush_lands_with_it",
+    },
+}
+
+
+@pytest.mark.slow
+def test_the_kit_fails_each_broken_backend(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        "[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    pytester.makepyfile(test_broken=BROKEN)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf")
+    output = result.stdout.str()
+    failed = {
+        line.split("::")[1] + "::" + line.split("::")[2].split(" ")[0].split("[")[0]
+        for line in output.splitlines()
+        if line.startswith("FAILED ")
+    }
+    for cls, tests in EXPECTED_FAILURES.items():
+        for test in tests:
+            assert f"{cls}::{test}" in failed, f"{cls}.{test} should fail:\n{output}"
+    # Each broken backend fails only where it is broken: its other tests pass.
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 15

@@ -1,0 +1,33 @@
+"""The kit's self-test: the reference backend passes every contract."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from turnkeep.conformance import MakeBackend, PersistenceContract
+from turnkeep.memory import MemoryPersistence, MemoryStorage
+from turnkeep.meta import FORMAT_VERSION
+
+
+class TestMemoryBackend(PersistenceContract):
+    supports_reopen = True
+    supports_multiple_processes = True
+    supports_format_aging = True
+
+    @pytest.fixture
+    def make_backend(self) -> MakeBackend:
+        self.storage = MemoryStorage()
+        return lambda: MemoryPersistence(self.storage)
+
+    async def write_newer_format(self, session_id: str) -> None:
+        stored = self.storage.sessions[session_id]
+        header = msgspec.structs.replace(
+            stored.meta.header, format_version=FORMAT_VERSION + 1
+        )
+        stored.meta = msgspec.structs.replace(stored.meta, header=header)
+
+    async def storage_digest(self) -> bytes:
+        return msgspec.json.encode(
+            {k: (s.meta, s.events) for k, s in self.storage.sessions.items()}
+        )
