@@ -1,5 +1,61 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite.
+
+Every `Host` created by any test is watched by a `HookMonitor`: seq stays
+contiguous per session, and no plugin receives `session_event` after its
+dispose returned. Violations fail the test that caused them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from turnkeep.config import Config
+from turnkeep.host import Host
+from turnkeep.testing import HookMonitor
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(autouse=True)
+def hook_monitor(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[HookMonitor]]:
+    """Attach a monitor to every host; fail the test on any violation."""
+    monitors: list[HookMonitor] = []
+    original_init = Host.__attrs_post_init__
+    original_dispose = Host._dispose
+
+    def init(self: Host) -> None:
+        original_init(self)
+        monitor = HookMonitor.attach(self)
+        monitors.append(monitor)
+
+    async def dispose(self: Host, plugin: object) -> None:
+        try:
+            await original_dispose(self, plugin)
+        finally:
+            for monitor in monitors:
+                if monitor.host is self:
+                    monitor.disposed(plugin)
+
+    monkeypatch.setattr(Host, "__attrs_post_init__", init)
+    monkeypatch.setattr(Host, "_dispose", dispose)
+    yield monitors
+    problems = [v for m in monitors for v in m.violations]
+    assert not problems, "hook invariants violated:\n" + "\n".join(problems)
+
+
+@pytest_asyncio.fixture
+async def host() -> AsyncIterator[Host]:
+    """A started host on the in-memory backend, no entry points loaded."""
+    async with Host(Config(persistence="memory", plugins="none")) as started:
+        yield started
+
+
+def make_config(**overrides: Any) -> Config:
+    """A test configuration: no entry points, memory backend unless told."""
+    values: dict[str, Any] = {"persistence": "memory", "plugins": "none"}
+    values.update(overrides)
+    return Config(**values)

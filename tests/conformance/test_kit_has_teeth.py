@@ -116,7 +116,8 @@ EXPECTED_FAILURES = {
 @pytest.mark.slow
 def test_the_kit_fails_each_broken_backend(pytester: pytest.Pytester) -> None:
     pytester.makeini(
-        "[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n"
+        "[pytest]\nasyncio_mode = strict\n"
+        "asyncio_default_fixture_loop_scope = function\n"
     )
     pytester.makepyfile(test_broken=BROKEN)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-rf")

@@ -71,11 +71,11 @@ class EventCodec:
 
     types: Sequence[type[SessionEvent]] = ()
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
-    _by_name: dict[str, type[SessionEvent]] = attrs.field(init=False)
-    _encoder: msgspec.json.Encoder = attrs.field(init=False)
-    _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False)
+    _by_name: dict[str, type[SessionEvent]] = attrs.field(init=False, repr=False)
+    _encoder: msgspec.json.Encoder = attrs.field(init=False, repr=False)
+    _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, repr=False)
     _opaque: dict[str, type[SessionEvent]] = attrs.field(
-        init=False, factory=dict[str, type[SessionEvent]]
+        init=False, factory=dict[str, type[SessionEvent]], repr=False
     )
 
     def __attrs_post_init__(self) -> None:

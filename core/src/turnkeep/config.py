@@ -158,12 +158,20 @@ def structure_config(
     try:
         return conv.structure(dict(data), cls)
     except (ClassValidationError, ForbiddenExtraKeysError) as exc:
-        lines = cattrs.transform_error(exc)
+        lines = cattrs.transform_error(exc, format_exception=_describe)
         raise ConfigurationError(
             f"invalid configuration in {source}: " + "; ".join(lines)
         ) from exc
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(f"invalid configuration in {source}: {exc}") from exc
+
+
+def _describe(exc: BaseException, _type: object) -> str:
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return f"unknown key(s) {', '.join(sorted(exc.extra_fields))}"
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    return str(exc) or type(exc).__name__
 
 
 def load_config(

@@ -105,6 +105,7 @@ class Host:
     _started: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
     _reloading: asyncio.Event | None = attrs.field(init=False, default=None)
+    _reload_lock: asyncio.Lock = attrs.field(init=False, factory=asyncio.Lock)
     _event_hook: Callable[..., list[object]] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -221,9 +222,15 @@ class Host:
             FlushError: the swap completed but draining failed; the events
                 stay buffered and the next flush retries them.
         """
-        old = self._resolve(plugin)
-        name = self.pm.get_name(old)
-        assert name is not None  # noqa: S101 - _resolve returns registered plugins
+        name = plugin if isinstance(plugin, str) else self.pm.get_name(plugin)
+        if name is None:
+            raise PluginNotFoundError(f"plugin {plugin!r} is not registered")
+        # One reload at a time; by name, so a queued reload swaps the newest.
+        async with self._reload_lock:
+            return await self._reload(name)
+
+    async def _reload(self, name: str) -> object:
+        old = self._resolve(name)
         new = _fresh_import(old)
         provides_active = (
             self._active_name is not None

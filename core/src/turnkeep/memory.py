@@ -56,9 +56,11 @@ class _Ownership:
 class MemoryStorage:
     """What several `MemoryPersistence` instances share (one "disk")."""
 
-    sessions: dict[str, _Stored] = attrs.field(factory=dict[str, _Stored])
-    owners: dict[str, _Ownership] = attrs.field(factory=dict[str, _Ownership])
-    generations: dict[str, int] = attrs.field(factory=dict[str, int])
+    sessions: dict[str, _Stored] = attrs.field(factory=dict[str, _Stored], repr=False)
+    owners: dict[str, _Ownership] = attrs.field(
+        factory=dict[str, _Ownership], repr=False
+    )
+    generations: dict[str, int] = attrs.field(factory=dict[str, int], repr=False)
 
 
 @attrs.define(eq=False)
@@ -72,9 +74,9 @@ class MemoryPersistence:
     storage: MemoryStorage = attrs.Factory(MemoryStorage)
     _token: int = attrs.field(init=False, factory=lambda: next(_owner_tokens))
     _pending: dict[str, SessionMeta] = attrs.field(
-        init=False, factory=dict[str, SessionMeta]
+        init=False, factory=dict[str, SessionMeta], repr=False
     )
-    _held: dict[str, int] = attrs.field(init=False, factory=dict[str, int])
+    _held: dict[str, int] = attrs.field(init=False, factory=dict[str, int], repr=False)
     _closed: bool = attrs.field(init=False, default=False)
 
     async def create(self, meta: SessionMeta) -> None:

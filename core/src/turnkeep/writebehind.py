@@ -55,7 +55,7 @@ class WriteBehind:
     """
 
     backend: SessionPersistence
-    codec: EventCodec
+    codec: EventCodec = attrs.field(repr=False)
     name: str = "backend"
     _disposed: bool = attrs.field(init=False, default=False)
 
@@ -93,6 +93,15 @@ class WriteBehind:
         """Adopt the sessions that are already live."""
         for session in host.sessions.list():
             writes = session.writes
+            if writes.init is not None and writes.init.done():
+                if not writes.init.cancelled():
+                    writes.init.exception()  # retried below; mark it as seen
+                writes.init = None
+            if writes.persisted == 0 and writes.init is None:
+                # Nothing durable yet: a backend may have kept the registration
+                # in the previous instance only (lazy creation), so register
+                # the session with this one.
+                writes.created = False
             if writes.created or writes.init is not None:
                 continue
             try:
@@ -151,6 +160,7 @@ class WriteBehind:
     async def _ensure_created(self, session: Session) -> None:
         writes = session.writes
         if writes.created:
+            writes.init = None
             return
         init = writes.init
         try:

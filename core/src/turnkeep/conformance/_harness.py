@@ -157,10 +157,14 @@ class BackendHarness:
             event: SessionEvent
             position = seq % 4
             if position == 0:
-                event = TurnStart(seq=seq, time=next(_clock), data=TurnStartData(turn=seq))
+                event = TurnStart(
+                    seq=seq, time=next(_clock), data=TurnStartData(turn=seq)
+                )
             elif position == 1:
                 event = UserMessage(
-                    seq=seq, time=next(_clock), data=UserMessageData(text=f"{text} {seq}")
+                    seq=seq,
+                    time=next(_clock),
+                    data=UserMessageData(text=f"{text} {seq}"),
                 )
             elif position == 2:
                 event = AssistantMessage(
@@ -170,7 +174,9 @@ class BackendHarness:
                 )
             else:
                 event = TurnEnd(
-                    seq=seq, time=next(_clock), data=TurnEndData(turn=seq, status="completed")
+                    seq=seq,
+                    time=next(_clock),
+                    data=TurnEndData(turn=seq, status="completed"),
                 )
             out.append(_codec.record(event))
         return out

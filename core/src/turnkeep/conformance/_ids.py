@@ -85,7 +85,9 @@ class IdsContract(BackendHarness):
                 break
         assert sorted(listed) == sorted(HOSTILE_IDS)
 
-    @pytest.mark.parametrize("bad", _INVALID, ids=["empty", "nul", "too-long", "surrogate"])
+    @pytest.mark.parametrize(
+        "bad", _INVALID, ids=["empty", "nul", "too-long", "surrogate"]
+    )
     @pytest.mark.asyncio
     async def test_invalid_ids_are_refused_by_every_method(
         self, backend: SessionPersistence, bad: str

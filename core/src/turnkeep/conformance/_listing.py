@@ -56,7 +56,7 @@ class ListContract(BackendHarness):
     async def test_paging_covers_every_session_once(
         self, backend: SessionPersistence, limit: int
     ) -> None:
-        ids = set()
+        ids: set[str] = set()
         for _ in range(7):
             meta, _ = await self.stored(backend, flushes=(1,))
             ids.add(meta.id)

@@ -62,7 +62,9 @@ class MetadataContract(BackendHarness):
         assert (await backend.load(meta.id)).meta.summary.title == "early"
 
     @pytest.mark.asyncio
-    async def test_updated_at_never_goes_back(self, backend: SessionPersistence) -> None:
+    async def test_updated_at_never_goes_back(
+        self, backend: SessionPersistence
+    ) -> None:
         meta, _ = await self.stored(backend, flushes=(2,))
         before = (await backend.load(meta.id)).meta.summary.updated_at
         await backend.update(meta.id, SessionSummary(title="t", updated_at=1))

@@ -113,7 +113,9 @@ class OwnershipContract(BackendHarness):
             await backend.claim("missing")
 
     @pytest.mark.asyncio
-    async def test_claiming_twice_is_harmless(self, backend: SessionPersistence) -> None:
+    async def test_claiming_twice_is_harmless(
+        self, backend: SessionPersistence
+    ) -> None:
         meta, written = await self.stored(backend, flushes=(2,))
         await backend.claim(meta.id)
         await backend.claim(meta.id)
