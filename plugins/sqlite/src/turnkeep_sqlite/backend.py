@@ -1,0 +1,252 @@
+"""`SqlitePersistence`: the `SessionPersistence` implementation over one SQLite file.
+
+Consumed by core's write-behind plugin (and the session store's resume path)
+through the protocol in `turnkeep.persistence`, whose contracts it keeps.
+This module only wires the parts together: writes go to the `Writer` thread
+(group commit, `turnkeep_sqlite.writes`), reads to the `Readers` pool
+(`turnkeep_sqlite.reads`); opening, pragmas and migrations happen lazily,
+on the writer thread, at the first call, so constructing a backend touches
+no file and never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import sqlite3
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import attrs
+import msgspec
+
+from turnkeep.clock import Clock, now_ms
+from turnkeep.codec import EventRecord
+from turnkeep.errors import PersistenceError, SessionOwnershipError, TurnkeepError
+from turnkeep.ids import validate_session_id
+from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep_sqlite import reads, writes
+from turnkeep_sqlite.config import SqliteConfig
+from turnkeep_sqlite.files import (
+    FileIdentity,
+    check_identity,
+    prepare_database_file,
+    tighten_sidecars,
+)
+from turnkeep_sqlite.owner import current_identity, live_tokens
+from turnkeep_sqlite.reads import Readers
+from turnkeep_sqlite.schema import connect_writer
+from turnkeep_sqlite.writer import Tx, Writer, WriterStats
+
+__all__ = ["SqlitePersistence"]
+
+T = TypeVar("T")
+
+
+@attrs.define(eq=False)
+class SqlitePersistence:
+    """Sessions in one SQLite database file (WAL, `synchronous=FULL`).
+
+    Several instances (in one process or many) may share a file; each
+    session has one writer at a time (see `claim`). Use one instance per
+    process and database where possible: its writer thread group-commits
+    the flushes of all sessions it serves.
+
+    Args:
+        config: the options (`SqliteConfig`).
+        clock: where `updated_at` comes from.
+    """
+
+    config: SqliteConfig = attrs.Factory(SqliteConfig)
+    clock: Clock = now_ms
+    _token: str = attrs.field(init=False, factory=lambda: secrets.token_hex(16))
+    _pid: int = attrs.field(init=False, factory=os.getpid)
+    _state: writes.WriterState = attrs.field(init=False)
+    _database: _Database = attrs.field(init=False)
+    _writer: Writer = attrs.field(init=False)
+    _readers: Readers = attrs.field(init=False)
+    _opened: bool = attrs.field(init=False, default=False)
+    _used: bool = attrs.field(init=False, default=False)
+    _closed: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        path = Path(
+            os.path.abspath(self.config.path)
+        )  # not resolve(): no link following
+        self.config = attrs.evolve(self.config, path=path)
+        self._state = writes.WriterState(
+            token=self._token,
+            identity=msgspec.json.encode(current_identity()),
+            clock=self.clock,
+            max_event_bytes=self.config.max_event_bytes,
+        )
+        self._database = _Database(self.config, self._pid)
+        self._writer = Writer(
+            path=path,
+            opener=self._database.open,
+            verify=self._database.verify,
+            busy_timeout_s=self.config.busy_timeout_ms / 1000,
+            max_group=self.config.max_group_flushes,
+        )
+        self._readers = Readers(self.config)
+        live_tokens().add(self._token)
+        weakref.finalize(self, _abandon, self._token, self._writer, self._readers)
+
+    @property
+    def path(self) -> Path:
+        """The database file (absolute)."""
+        return self.config.path
+
+    @property
+    def writer_stats(self) -> WriterStats:
+        """Group-commit counters (groups, operations, largest group)."""
+        return self._writer.stats
+
+    # -- SessionPersistence ------------------------------------------------
+
+    async def create(self, meta: SessionMeta) -> None:
+        """Register a new session and take its writer role.
+
+        Nothing becomes visible until the first `append`; until then the
+        session is an invisible claim row that `release`/`aclose` remove.
+        """
+        validate_session_id(meta.id)
+        await self._write(lambda tx: writes.create(tx, self._state, meta))
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        """Durably append one flush (checks seq and ownership in its transaction)."""
+        session_id = validate_session_id(session_id)
+        records = list(events)  # snapshot: the caller may reuse its list
+        await self._write(
+            lambda tx: writes.append(tx, self._state, session_id, records)
+        )
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """Return the stored metadata and every durable event's exact bytes."""
+        session_id = validate_session_id(session_id)
+        return await self._read(lambda conn: reads.load(conn, session_id))
+
+    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
+        """Page through stored sessions, newest first, from the index alone."""
+        if limit <= 0:
+            raise ValueError("limit must be positive")
+        if cursor is not None:
+            reads.decode_cursor(cursor)  # refuse a bad cursor before any I/O
+        return await self._read(lambda conn: reads.list_page(conn, limit, cursor))
+
+    async def has(self, session_id: str) -> bool:
+        """Whether the session is stored (has at least one durable flush)."""
+        session_id = validate_session_id(session_id)
+        return await self._read(lambda conn: reads.has(conn, session_id))
+
+    async def delete(self, session_id: str) -> None:
+        """Remove a stored session and all its events."""
+        session_id = validate_session_id(session_id)
+        await self._write(lambda tx: writes.delete(tx, self._state, session_id))
+
+    async def update(self, session_id: str, summary: SessionSummary) -> None:
+        """Replace the summary (the backend keeps `event_count`)."""
+        session_id = validate_session_id(session_id)
+        await self._write(
+            lambda tx: writes.update(tx, self._state, session_id, summary)
+        )
+
+    async def claim(self, session_id: str, *, steal: bool = False) -> None:
+        """Take the writer role; a crashed owner's role is taken without `steal`."""
+        session_id = validate_session_id(session_id)
+        await self._write(
+            lambda tx: writes.claim(tx, self._state, session_id, steal=steal)
+        )
+
+    async def release(self, session_id: str) -> None:
+        """Give up the writer role (no-op if not held)."""
+        session_id = validate_session_id(session_id)
+        await self._write(lambda tx: writes.release(tx, self._state, session_id))
+
+    async def aclose(self) -> None:
+        """Release every writer role, then stop the threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._used and os.getpid() == self._pid:
+                await asyncio.wrap_future(
+                    self._writer.submit(lambda tx: writes.release_all(tx, self._state))
+                )
+        except TurnkeepError:
+            pass  # a poisoned or unopenable store: the rows die with this process
+        finally:
+            live_tokens().discard(self._token)
+            await asyncio.to_thread(self._shutdown)
+
+    # -- internals ---------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise PersistenceError(f"the SQLite backend for {self.path} is closed")
+        if os.getpid() != self._pid:
+            raise SessionOwnershipError(
+                f"the SQLite backend for {self.path} was created in process "
+                f"{self._pid} and cannot be used from a forked child; open a new "
+                "backend in the child"
+            )
+
+    async def _write(self, operation: Callable[[Tx], T]) -> T:
+        self._check_usable()
+        self._used = True
+        result = await asyncio.wrap_future(self._writer.submit(operation))
+        self._opened = True
+        return result
+
+    async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_usable()
+        if not self._opened:
+            await self._write(lambda tx: None)  # open and migrate on the writer first
+        return await self._readers.run(read)
+
+    def _shutdown(self) -> None:
+        self._writer.close()
+        self._readers.close()
+
+
+@attrs.define(eq=False)
+class _Database:
+    """Opens the file for the writer and checks it stays the same file.
+
+    Kept apart from the backend so the writer thread holds no reference to
+    the backend (its finalizer must be able to run).
+    """
+
+    config: SqliteConfig
+    pid: int
+    file: FileIdentity | None = None
+
+    def open(self) -> sqlite3.Connection:
+        path = self.config.path
+        identity = prepare_database_file(
+            path, allow_network=self.config.allow_network_filesystem
+        )
+        conn = connect_writer(self.config, pid=self.pid)
+        try:
+            tighten_sidecars(path)
+            check_identity(path, identity)
+        except BaseException:
+            conn.close()
+            raise
+        self.file = identity
+        return conn
+
+    def verify(self) -> None:
+        if self.file is not None:
+            check_identity(self.config.path, self.file)
+
+
+def _abandon(token: str, writer: Writer, readers: Readers) -> None:
+    """Finalizer for an instance dropped without `aclose()`."""
+    live_tokens().discard(token)
+    writer.close(wait=False)
+    readers.close(wait=False)

@@ -1,0 +1,259 @@
+"""The read path: `load`, `list` and `has` on their own threads and connections.
+
+Reads never go through the writer: a small pool of threads, each with its
+own connection, runs them as short WAL read transactions, so a reader never
+holds (or waits for) the write lock, and a caller holding a result holds no
+transaction at all. `load` reads the session row and its events in one
+snapshot and checks that exactly `next_seq` events are there, so a damaged
+or truncated log is reported, never returned shorter. Values are bounded by
+`SQLITE_LIMIT_LENGTH` (see `schema.connect_reader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeVar
+
+import attrs
+import msgspec
+
+from turnkeep.errors import (
+    InvalidCursorError,
+    SessionCorruptError,
+    SessionNotFoundError,
+    TurnkeepError,
+    UnsupportedFormatError,
+)
+from turnkeep.meta import (
+    FORMAT_VERSION,
+    ForkPoint,
+    SessionHeader,
+    SessionMeta,
+    SessionSummary,
+)
+from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep_sqlite.config import SqliteConfig
+from turnkeep_sqlite.schema import check_schema_version, connect_reader, retry_busy
+from turnkeep_sqlite.sqlerrors import is_corrupt, primary_code, storage_error
+
+__all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "list_page", "load"]
+
+T = TypeVar("T")
+
+MAX_CURSOR_CHARS: Final = 2048
+"""Longer `list` cursors are refused before they are decoded."""
+
+_TOOBIG: Final = 18
+# Every query below selects the metadata columns in this order (see `_meta`).
+_LOAD_META: Final = (
+    "SELECT key, id, format_version, created_at, cwd, parent_id, parent_seq, "
+    "updated_at, title, first_prompt, status, next_seq "
+    "FROM sessions WHERE id = ? AND next_seq > 0"
+)
+_LIST_FIRST: Final = (
+    "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
+    "updated_at, title, first_prompt, status, next_seq "
+    "FROM sessions WHERE next_seq > 0 ORDER BY updated_at DESC, id LIMIT ?"
+)
+_LIST_AFTER: Final = (
+    "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
+    "updated_at, title, first_prompt, status, next_seq "
+    "FROM sessions WHERE next_seq > 0 "
+    "AND (updated_at < ?1 OR (updated_at = ?1 AND id > ?2)) "
+    "ORDER BY updated_at DESC, id LIMIT ?3"
+)
+_cursor_encoder: Final = msgspec.json.Encoder()
+_cursor_decoder: Final = msgspec.json.Decoder(tuple[int, str])
+
+
+@attrs.define(eq=False)
+class Readers:
+    """A pool of reader threads, one connection each, for one database."""
+
+    config: SqliteConfig
+    _executor: ThreadPoolExecutor = attrs.field(init=False)
+    _local: threading.local = attrs.field(init=False, factory=threading.local)
+    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _connections: list[sqlite3.Connection] = attrs.field(
+        init=False, factory=list[sqlite3.Connection]
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.config.read_threads,
+            thread_name_prefix=f"turnkeep-sqlite-read:{self.config.path.name}",
+        )
+
+    async def run(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `read` in one read transaction on a reader thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._transaction, read)
+
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the threads and close their connections (with `wait`, blocks)."""
+        self._executor.shutdown(wait=wait)
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect_reader(self.config)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _transaction(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        path = self.config.path
+        try:
+            conn = self._connection()
+            deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+            # BEGIN is deferred: the snapshot starts at the first read, which
+            # can meet a busy WAL index (recovery) and then waits like a write.
+            retry_busy(
+                lambda: (conn.execute("BEGIN"), check_schema_version(conn, path)),
+                deadline=deadline,
+                path=path,
+            )
+            try:
+                return read(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except TurnkeepError:
+            raise
+        except sqlite3.Error as exc:
+            raise storage_error(exc, "reading", path) from exc
+
+
+def has(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Whether `session_id` is stored (visible)."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM sessions WHERE id = ? AND next_seq > 0", (session_id,)
+        ).fetchone()
+        is not None
+    )
+
+
+def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
+    """Read one session's metadata and every durable event, in one snapshot."""
+    try:
+        row = conn.execute(_LOAD_META, (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no stored session {session_id!r}")
+        meta = _meta(row[1:])
+        if meta.header.format_version > FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"session {session_id!r} has format version "
+                f"{meta.header.format_version}; this turnkeep reads up to "
+                f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
+            )
+        count = meta.summary.event_count
+        rows = conn.execute(
+            "SELECT raw FROM events WHERE session_key = ? AND seq < ? ORDER BY seq",
+            (row[0], count),
+        ).fetchall()
+    except sqlite3.Error as exc:
+        if is_corrupt(exc) or primary_code(exc) == _TOOBIG:
+            raise SessionCorruptError(
+                f"session {session_id!r} cannot be read: {exc} (a damaged "
+                "database, or an event over max_event_bytes)",
+                session_id=session_id,
+            ) from exc
+        raise
+    events = [r[0] for r in rows]
+    if len(events) != count:
+        # seq is unique and below `count`, so a short read means a gap.
+        first_gap = _first_gap(conn, row[0], count)
+        raise SessionCorruptError(
+            f"session {session_id!r}: {count} events were acknowledged but only "
+            f"{len(events)} are stored (first missing seq {first_gap}); the "
+            "database was damaged or edited",
+            session_id=session_id,
+            offset=first_gap,
+        )
+    return LoadedSession(meta=meta, events=events)
+
+
+def list_page(conn: sqlite3.Connection, limit: int, cursor: str | None) -> SessionPage:
+    """One page of stored sessions, newest first (ties by id), via the index."""
+    if cursor is None:
+        rows = conn.execute(_LIST_FIRST, (limit + 1,)).fetchall()
+    else:
+        updated_at, after_id = decode_cursor(cursor)
+        rows = conn.execute(_LIST_AFTER, (updated_at, after_id, limit + 1)).fetchall()
+    more = len(rows) > limit
+    items = [_meta(r) for r in rows[:limit]]
+    next_cursor = None
+    if more:
+        last = items[-1]
+        next_cursor = encode_cursor(last.summary.updated_at, last.id)
+    return SessionPage(items=items, next_cursor=next_cursor)
+
+
+def encode_cursor(updated_at: int, session_id: str) -> str:
+    """The opaque cursor that resumes a listing after this key."""
+    return base64.urlsafe_b64encode(
+        _cursor_encoder.encode((updated_at, session_id))
+    ).decode("ascii")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """Decode a cursor made by `encode_cursor`.
+
+    Raises:
+        InvalidCursorError: it was not.
+    """
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidCursorError("invalid list cursor (not a cursor of this backend)")
+    try:
+        return _cursor_decoder.decode(base64.urlsafe_b64decode(cursor.encode("ascii")))
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise InvalidCursorError(f"invalid list cursor {cursor[:64]!r}") from exc
+
+
+def _meta(row: tuple[Any, ...]) -> SessionMeta:
+    (
+        session_id, format_version, created_at, cwd, parent_id, parent_seq,
+        updated_at, title, first_prompt, status, next_seq,
+    ) = row  # fmt: skip
+    return SessionMeta(
+        header=SessionHeader(
+            id=session_id,
+            format_version=format_version,
+            created_at=created_at,
+            cwd=cwd,
+            parent=None
+            if parent_id is None
+            else ForkPoint(session_id=parent_id, seq=parent_seq),
+        ),
+        summary=SessionSummary(
+            updated_at=updated_at,
+            title=title,
+            first_prompt=first_prompt,
+            status=status,
+            event_count=next_seq,
+        ),
+    )
+
+
+def _first_gap(conn: sqlite3.Connection, key: int, count: int) -> int:
+    expected = 0
+    for (seq,) in conn.execute(
+        "SELECT seq FROM events WHERE session_key = ? AND seq < ? ORDER BY seq",
+        (key, count),
+    ):
+        if seq != expected:
+            break
+        expected += 1
+    return expected

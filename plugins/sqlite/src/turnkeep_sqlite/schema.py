@@ -1,0 +1,287 @@
+"""The database schema, its migrations, and opening a connection safely.
+
+Schema version lives in `PRAGMA user_version` and the file is marked as
+turnkeep's with `PRAGMA application_id`. Migrations are explicit steps, each
+applied in one `BEGIN IMMEDIATE` transaction that re-reads the version first,
+so two processes opening a new file at once apply each step exactly once;
+every step is logged in `schema_migrations`. A database newer than this code
+is refused before anything writes to it: the version is read from the file
+header (or through a read-only connection when a WAL is pending) before the
+writer connection switches journal modes or migrates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final, TypeVar
+from urllib.parse import quote
+
+from turnkeep.errors import ConfigurationError, StorageError, UnsupportedFormatError
+from turnkeep_sqlite.config import SqliteConfig
+from turnkeep_sqlite.files import read_header
+from turnkeep_sqlite.sqlerrors import is_busy, storage_error
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "check_schema_version",
+    "connect_reader",
+    "connect_writer",
+    "retry_busy",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger("turnkeep_sqlite")
+
+SCHEMA_VERSION: Final = 1
+"""The schema this code writes, and the newest it reads."""
+
+APPLICATION_ID: Final = 0x544B5351
+"""`PRAGMA application_id` of a turnkeep database ("TKSQ")."""
+
+_STATUSES: Final = "('active', 'idle', 'interrupted', 'failed', 'closed')"
+
+# One tuple of statements per version; `executescript` would commit early.
+_MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
+    (
+        1,
+        (
+            """CREATE TABLE IF NOT EXISTS sessions (
+                key            INTEGER PRIMARY KEY,
+                id             TEXT NOT NULL UNIQUE,
+                format_version INTEGER NOT NULL
+                               CHECK (typeof(format_version) = 'integer'),
+                created_at     INTEGER NOT NULL,
+                cwd            TEXT,
+                parent_id      TEXT,
+                parent_seq     INTEGER,
+                updated_at     INTEGER NOT NULL DEFAULT 0
+                               CHECK (typeof(updated_at) = 'integer'),
+                title          TEXT,
+                first_prompt   TEXT,
+                status         TEXT NOT NULL DEFAULT 'active'
+                               CHECK (status IN """
+            + _STATUSES
+            + """),
+                next_seq       INTEGER NOT NULL DEFAULT 0
+                               CHECK (typeof(next_seq) = 'integer' AND next_seq >= 0),
+                generation     INTEGER NOT NULL DEFAULT 0,
+                owner_token    TEXT,
+                owner_info     BLOB
+            )""",
+            # Serves `list`: newest first, ties by id, only visible sessions.
+            """CREATE INDEX IF NOT EXISTS sessions_recent
+                ON sessions (updated_at DESC, id) WHERE next_seq > 0""",
+            """CREATE TABLE IF NOT EXISTS events (
+                session_key INTEGER NOT NULL
+                            REFERENCES sessions (key) ON DELETE CASCADE,
+                seq         INTEGER NOT NULL CHECK (seq >= 0),
+                type        TEXT NOT NULL,
+                time        INTEGER NOT NULL,
+                raw         BLOB NOT NULL CHECK (typeof(raw) = 'blob'),
+                PRIMARY KEY (session_key, seq)
+            )""",
+            """CREATE TABLE IF NOT EXISTS schema_migrations (
+                version    INTEGER NOT NULL,
+                applied_at INTEGER NOT NULL,
+                pid        INTEGER NOT NULL
+            )""",
+        ),
+    ),
+)
+
+_SYNC_LEVELS: Final = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
+
+
+def retry_busy(operation: Callable[[], T], *, deadline: float, path: Path) -> T:
+    """Run `operation`, retrying while SQLite reports a lock held elsewhere.
+
+    The connection's own busy timeout is kept short and this loop polls with
+    small jittered pauses instead, so waiters notice a released lock within
+    about a millisecond (SQLite's busy handler sleeps up to 100 ms).
+
+    Raises:
+        StorageError: still busy at `deadline` (`time.monotonic()` seconds).
+    """
+    pause = 0.0002
+    while True:
+        try:
+            return operation()
+        except sqlite3.Error as exc:
+            if not is_busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise StorageError(
+                    f"SQLite database {path}: another process kept it locked "
+                    "past the busy timeout; nothing was written. Retry later, "
+                    "or raise busy_timeout_ms."
+                ) from exc
+        time.sleep(random.uniform(0, pause))  # noqa: S311 - jitter, not security
+        pause = min(pause * 2, 0.002)
+
+
+def connect_writer(config: SqliteConfig, *, pid: int) -> sqlite3.Connection:
+    """Open the writer connection: check the version, set and verify pragmas, migrate.
+
+    Raises:
+        UnsupportedFormatError: the database is of a newer schema.
+        ConfigurationError: the settings cannot be made durable.
+        StorageError: SQLite failed, or the file is not turnkeep's.
+    """
+    path = config.path
+    deadline = time.monotonic() + config.busy_timeout_ms / 1000
+    _probe_version(path)
+    conn = _connect(path)
+    try:
+        retry_busy(lambda: _enable_wal(conn, path), deadline=deadline, path=path)
+        _set_synchronous(conn, config)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA journal_size_limit = 67108864")
+        conn.execute("PRAGMA fullfsync = ON")  # macOS: F_FULLFSYNC; no-op elsewhere
+        conn.execute("PRAGMA checkpoint_fullfsync = ON")
+        retry_busy(lambda: _migrate(conn, path, pid=pid), deadline=deadline, path=path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise storage_error(exc, "opening", path) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_reader(config: SqliteConfig) -> sqlite3.Connection:
+    """Open a read-only-by-pragma connection with bounded value sizes."""
+    try:
+        conn = _connect(config.path)
+        conn.execute("PRAGMA query_only = ON")
+        # Bounded reads (R15): a stored value over the limit fails the query
+        # with SQLITE_TOOBIG instead of being allocated.
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_event_bytes + 1024)
+    except sqlite3.Error as exc:
+        raise storage_error(exc, "opening a reader", config.path) from exc
+    return conn
+
+
+def check_schema_version(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse to go on if another process migrated the file past this code.
+
+    Raises:
+        UnsupportedFormatError: the schema is newer than `SCHEMA_VERSION`.
+    """
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise _newer(path, version)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(
+        path,
+        timeout=0.002,  # retry_busy polls; see its docstring
+        isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE)
+        check_same_thread=False,  # used by one thread at a time, handed over
+        cached_statements=64,
+    )
+
+
+def _probe_version(path: Path) -> None:
+    header = read_header(path)
+    if header is None:
+        return
+    if header.application_id not in (0, APPLICATION_ID):
+        raise StorageError(
+            f"{path} belongs to another application (application_id "
+            f"{header.application_id:#x}); point `path` at a turnkeep database"
+        )
+    version = header.user_version
+    if os.path.exists(f"{path}-wal"):
+        # The header may be older than a committed, not yet checkpointed
+        # migration. A read-only connection sees it and never checkpoints.
+        uri = f"file:{quote(str(path))}?mode=ro"
+        try:
+            probe = sqlite3.connect(uri, uri=True, timeout=1.0)
+            try:
+                version = probe.execute("PRAGMA user_version").fetchone()[0]
+            finally:
+                probe.close()
+        except sqlite3.Error as exc:
+            raise storage_error(exc, "reading the schema version", path) from exc
+    if version > SCHEMA_VERSION:
+        raise _newer(path, version)
+
+
+def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StorageError(
+            f"SQLite database {path}: cannot switch to WAL mode (it stays in "
+            f"{mode!r} mode); turnkeep needs WAL for durable, concurrent access"
+        )
+
+
+def _set_synchronous(conn: sqlite3.Connection, config: SqliteConfig) -> None:
+    conn.execute(f"PRAGMA synchronous = {config.synchronous}")  # from a Literal
+    level = conn.execute("PRAGMA synchronous").fetchone()[0]
+    if level >= _SYNC_LEVELS["FULL"]:
+        return
+    if not config.allow_non_durable:
+        raise ConfigurationError(
+            f"SQLite database {config.path}: synchronous is {level} (below FULL), "
+            "so an acknowledged flush could be lost on power loss; use "
+            "synchronous = FULL, or set allow_non_durable = true for throwaway data"
+        )
+    log.warning(
+        "SQLite database %s runs with synchronous=%s (allow_non_durable): "
+        "acknowledged flushes may be lost on power loss",
+        config.path,
+        level,
+    )
+
+
+def _migrate(conn: sqlite3.Connection, path: Path, *, pid: int) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise _newer(path, version)
+        if app_id not in (0, APPLICATION_ID) or (
+            version == 0
+            and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        ):
+            raise StorageError(
+                "the SQLite file already holds tables of another application; "
+                "point `path` at a new file or at a turnkeep database"
+            )
+        for step, statements in _MIGRATIONS:
+            if step <= version:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at, pid) "
+                "VALUES (?, ?, ?)",
+                (step, time.time_ns() // 1_000_000, pid),
+            )
+            conn.execute(f"PRAGMA user_version = {step:d}")
+        if app_id != APPLICATION_ID:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _newer(path: Path, version: int) -> UnsupportedFormatError:
+    return UnsupportedFormatError(
+        f"SQLite database {path} has schema version {version}; this "
+        f"turnkeep-sqlite reads up to {SCHEMA_VERSION}. Upgrade turnkeep-sqlite "
+        "to open it (the file was not modified)."
+    )

@@ -1,0 +1,361 @@
+"""The write operations: SQL run by the writer thread inside a group commit.
+
+Each function here is one operation (`create`, `append`, `claim`, ...) run in
+its own savepoint (see `turnkeep_sqlite.writer`). All checks come before the
+first write, and every refusal is a typed turnkeep error, so a refused
+operation writes nothing. Ownership follows R9: the session row holds the
+owner's token and a generation (the fencing token); `append` compares both
+in the same transaction as its insert.
+
+`WriterState` is the backend instance's view of what it owns. Only the
+writer thread touches it, and every change registers an undo with the
+transaction, so a rolled-back operation leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Final, NamedTuple, TypeVar
+
+import attrs
+import msgspec
+
+from turnkeep.clock import Clock
+from turnkeep.codec import EventRecord
+from turnkeep.errors import (
+    EventTooLargeError,
+    SequenceError,
+    SessionExistsError,
+    SessionFencedError,
+    SessionLockedError,
+    SessionNotFoundError,
+    UnsupportedFormatError,
+)
+from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep_sqlite.owner import ProcessIdentity, is_alive
+from turnkeep_sqlite.writer import Tx
+
+__all__ = [
+    "WriterState",
+    "append",
+    "claim",
+    "create",
+    "delete",
+    "release",
+    "release_all",
+    "update",
+]
+
+V = TypeVar("V")
+
+_identity_decoder: Final = msgspec.json.Decoder(ProcessIdentity)
+
+
+@attrs.define(eq=False)
+class WriterState:
+    """What one backend instance owns (touched by its writer thread only).
+
+    Attributes:
+        token: this instance's owner token.
+        identity: this process's identity, encoded, as recorded in rows.
+        clock: epoch-milliseconds clock for `updated_at`.
+        max_event_bytes: the largest event `append` accepts.
+        held: the generation held per session id.
+        pending: created sessions not yet flushed (their metadata).
+    """
+
+    token: str
+    identity: bytes
+    clock: Clock
+    max_event_bytes: int
+    held: dict[str, int] = attrs.field(factory=dict[str, int])
+    pending: dict[str, SessionMeta] = attrs.field(factory=dict[str, SessionMeta])
+
+    def hold(self, tx: Tx, session_id: str, generation: int | None) -> None:
+        """Record (or with `None`, forget) the generation held, undoably."""
+        _set(tx, self.held, session_id, generation)
+
+    def stage(self, tx: Tx, session_id: str, meta: SessionMeta | None) -> None:
+        """Record (or with `None`, forget) a pending session's metadata, undoably."""
+        _set(tx, self.pending, session_id, meta)
+
+
+class _Row(NamedTuple):
+    key: int
+    format_version: int
+    next_seq: int
+    generation: int
+    owner_token: str | None
+    owner_info: bytes | None
+
+
+_SELECT_ROW: Final = (
+    "SELECT key, format_version, next_seq, generation, owner_token, owner_info "
+    "FROM sessions WHERE id = ?"
+)
+
+
+def create(tx: Tx, state: WriterState, meta: SessionMeta) -> None:
+    """Register a new session: an invisible placeholder row holding the claim."""
+    session_id = meta.id
+    row = _row(tx.conn, session_id)
+    if session_id in state.pending or (row is not None and row.next_seq > 0):
+        raise SessionExistsError(f"session {session_id!r} already exists")
+    header = meta.header
+    parent_id = header.parent.session_id if header.parent else None
+    parent_seq = header.parent.seq if header.parent else None
+    if row is None:
+        generation = 1
+        tx.conn.execute(
+            "INSERT INTO sessions (id, format_version, created_at, cwd, parent_id, "
+            "parent_seq, generation, owner_token, owner_info) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                header.format_version,
+                header.created_at,
+                header.cwd,
+                parent_id,
+                parent_seq,
+                generation,
+                state.token,
+                state.identity,
+            ),
+        )
+    else:
+        # A placeholder left by a creator that is gone (else: locked).
+        _refuse_live_owner(state, session_id, row, creating=True)
+        generation = row.generation + 1
+        tx.conn.execute(
+            "UPDATE sessions SET format_version = ?, created_at = ?, cwd = ?, "
+            "parent_id = ?, parent_seq = ?, generation = ?, owner_token = ?, "
+            "owner_info = ? WHERE key = ?",
+            (
+                header.format_version,
+                header.created_at,
+                header.cwd,
+                parent_id,
+                parent_seq,
+                generation,
+                state.token,
+                state.identity,
+                row.key,
+            ),
+        )
+    state.hold(tx, session_id, generation)
+    state.stage(tx, session_id, meta)
+
+
+def append(
+    tx: Tx, state: WriterState, session_id: str, records: Sequence[EventRecord]
+) -> None:
+    """Append one flush after the version, owner and seq checks."""
+    conn = tx.conn
+    row = _row(conn, session_id)
+    pending = state.pending.get(session_id)
+    if row is None or (row.next_seq == 0 and pending is None):
+        raise SessionNotFoundError(f"no session {session_id!r} to append to")
+    if row.format_version > FORMAT_VERSION:
+        raise _newer_format(session_id, row.format_version)
+    held = state.held.get(session_id)
+    if held is not None:
+        if row.owner_token != state.token or row.generation != held:
+            raise SessionFencedError(
+                f"session {session_id!r} was taken over by another owner; this "
+                "instance may no longer write it (nothing was written). Load it "
+                "again to continue from what the new owner wrote."
+            )
+    else:
+        _take(tx, state, session_id, row, steal=False)
+    if not records:
+        return
+    next_seq = row.next_seq
+    _check_batch(session_id, next_seq, records, state.max_event_bytes)
+    now = state.clock()
+    if pending is not None:
+        summary = pending.summary
+        conn.execute(
+            "UPDATE sessions SET updated_at = ?, title = ?, first_prompt = ?, "
+            "status = ? WHERE key = ?",
+            (
+                summary.updated_at,
+                summary.title,
+                summary.first_prompt,
+                summary.status,
+                row.key,
+            ),
+        )
+        state.stage(tx, session_id, None)
+    key = row.key
+    conn.executemany(
+        "INSERT INTO events (session_key, seq, type, time, raw) VALUES (?, ?, ?, ?, ?)",
+        [(key, r.seq, r.type, r.time, r.raw) for r in records],
+    )
+    conn.execute(
+        "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?) "
+        "WHERE key = ?",
+        (next_seq + len(records), now, key),
+    )
+
+
+def claim(tx: Tx, state: WriterState, session_id: str, *, steal: bool) -> None:
+    """Take the writer role of a stored session (bumping the generation)."""
+    row = _row(tx.conn, session_id)
+    if row is None or row.next_seq == 0:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    _take(tx, state, session_id, row, steal=steal)
+
+
+def release(tx: Tx, state: WriterState, session_id: str) -> None:
+    """Give up the writer role; a never-flushed session leaves no row behind."""
+    generation = state.held.get(session_id)
+    pending = state.pending.get(session_id)
+    state.hold(tx, session_id, None)
+    state.stage(tx, session_id, None)
+    if pending is not None:
+        tx.conn.execute(
+            "DELETE FROM sessions WHERE id = ? AND next_seq = 0 AND owner_token = ?",
+            (session_id, state.token),
+        )
+    elif generation is not None:
+        tx.conn.execute(
+            "UPDATE sessions SET owner_token = NULL, owner_info = NULL "
+            "WHERE id = ? AND owner_token = ? AND generation = ?",
+            (session_id, state.token, generation),
+        )
+
+
+def release_all(tx: Tx, state: WriterState) -> None:
+    """Release every session this instance holds or has pending."""
+    for session_id in {*state.held, *state.pending}:
+        release(tx, state, session_id)
+
+
+def update(
+    tx: Tx, state: WriterState, session_id: str, summary: SessionSummary
+) -> None:
+    """Replace the summary (a pending session keeps it until its first flush)."""
+    now = state.clock()
+    pending = state.pending.get(session_id)
+    if pending is not None:
+        staged = msgspec.structs.replace(
+            summary, event_count=0, updated_at=max(summary.updated_at, now)
+        )
+        state.stage(tx, session_id, msgspec.structs.replace(pending, summary=staged))
+        return
+    cursor = tx.conn.execute(
+        "UPDATE sessions SET updated_at = ?, title = ?, first_prompt = ?, status = ? "
+        "WHERE id = ? AND next_seq > 0",
+        (
+            max(summary.updated_at, now),
+            summary.title,
+            summary.first_prompt,
+            summary.status,
+            session_id,
+        ),
+    )
+    if cursor.rowcount == 0:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+
+
+def delete(tx: Tx, state: WriterState, session_id: str) -> None:
+    """Remove a stored session; its events go with it (ON DELETE CASCADE)."""
+    cursor = tx.conn.execute(
+        "DELETE FROM sessions WHERE id = ? AND next_seq > 0", (session_id,)
+    )
+    if cursor.rowcount == 0:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    state.hold(tx, session_id, None)
+
+
+# -- internals -----------------------------------------------------------------
+
+
+def _row(conn: sqlite3.Connection, session_id: str) -> _Row | None:
+    found = conn.execute(_SELECT_ROW, (session_id,)).fetchone()
+    return None if found is None else _Row(*found)
+
+
+def _take(
+    tx: Tx, state: WriterState, session_id: str, row: _Row, *, steal: bool
+) -> None:
+    if row.owner_token == state.token:
+        state.hold(tx, session_id, row.generation)
+        return
+    if not steal:
+        _refuse_live_owner(state, session_id, row, creating=False)
+    generation = row.generation + 1
+    tx.conn.execute(
+        "UPDATE sessions SET generation = ?, owner_token = ?, owner_info = ? "
+        "WHERE key = ?",
+        (generation, state.token, state.identity, row.key),
+    )
+    state.hold(tx, session_id, generation)
+
+
+def _refuse_live_owner(
+    state: WriterState, session_id: str, row: _Row, *, creating: bool
+) -> None:
+    token = row.owner_token
+    if token is None or token == state.token:
+        return
+    try:
+        owner = _identity_decoder.decode(row.owner_info or b"")
+    except msgspec.DecodeError:
+        alive = True  # unreadable owner record: never assume it is gone
+    else:
+        alive = is_alive(token, owner)
+    if alive:
+        doing = "created" if creating else "written"
+        raise SessionLockedError(
+            f"session {session_id!r} is being {doing} by another live owner; "
+            "take it over explicitly (claim with steal=True) if that owner "
+            "should stop"
+        )
+
+
+def _check_batch(
+    session_id: str, next_seq: int, records: Sequence[EventRecord], max_bytes: int
+) -> None:
+    for offset, record in enumerate(records):
+        expected = next_seq + offset
+        if record.seq != expected:
+            where = "append starts at" if offset == 0 else "batch is not contiguous at"
+            raise SequenceError(
+                f"session {session_id!r}: {where} seq {record.seq}, but the stored "
+                f"log continues at {expected}",
+                session_id=session_id,
+                expected=expected,
+                got=record.seq,
+            )
+        if len(record.raw) > max_bytes:
+            raise EventTooLargeError(
+                f"session {session_id!r}: event {record.type!r} (seq {record.seq}) "
+                f"is {len(record.raw)} bytes, over max_event_bytes ({max_bytes})",
+                event_type=record.type,
+            )
+
+
+def _newer_format(session_id: str, version: int) -> UnsupportedFormatError:
+    return UnsupportedFormatError(
+        f"session {session_id!r} has format version {version}; this turnkeep "
+        f"reads up to {FORMAT_VERSION}. Upgrade turnkeep to open it."
+    )
+
+
+def _set(tx: Tx, mapping: dict[str, V], key: str, value: V | None) -> None:
+    had = key in mapping
+    previous = mapping.get(key)
+    if value is None:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = value
+
+    def undo() -> None:
+        if had and previous is not None:
+            mapping[key] = previous
+        else:
+            mapping.pop(key, None)
+
+    tx.on_rollback(undo)
