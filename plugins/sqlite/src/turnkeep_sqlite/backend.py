@@ -25,7 +25,12 @@ import msgspec
 
 from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventRecord
-from turnkeep.errors import PersistenceError, SessionOwnershipError, TurnkeepError
+from turnkeep.errors import (
+    PersistenceError,
+    SessionCorruptError,
+    SessionOwnershipError,
+    TurnkeepError,
+)
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
@@ -69,6 +74,7 @@ class SqlitePersistence:
     _database: _Database = attrs.field(init=False)
     _writer: Writer = attrs.field(init=False)
     _readers: Readers = attrs.field(init=False)
+    _damaged: set[str] = attrs.field(init=False, factory=set[str])
     _opened: bool = attrs.field(init=False, default=False)
     _used: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
@@ -120,6 +126,12 @@ class SqlitePersistence:
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
         """Durably append one flush (checks seq and ownership in its transaction)."""
         session_id = validate_session_id(session_id)
+        if session_id in self._damaged:
+            raise SessionCorruptError(
+                f"session {session_id!r} was found damaged by load; appending "
+                "to it would bury the damage. Restore the database from a backup.",
+                session_id=session_id,
+            )
         records = list(events)  # snapshot: the caller may reuse its list
         await self._write(
             lambda tx: writes.append(tx, self._state, session_id, records)
@@ -128,7 +140,11 @@ class SqlitePersistence:
     async def load(self, session_id: str) -> LoadedSession:
         """Return the stored metadata and every durable event's exact bytes."""
         session_id = validate_session_id(session_id)
-        return await self._read(lambda conn: reads.load(conn, session_id))
+        try:
+            return await self._read(lambda conn: reads.load(conn, session_id))
+        except SessionCorruptError:
+            self._damaged.add(session_id)  # later appends are refused too
+            raise
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""
@@ -147,6 +163,7 @@ class SqlitePersistence:
         """Remove a stored session and all its events."""
         session_id = validate_session_id(session_id)
         await self._write(lambda tx: writes.delete(tx, self._state, session_id))
+        self._damaged.discard(session_id)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (the backend keeps `event_count`)."""

@@ -26,6 +26,7 @@ from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     EventTooLargeError,
     SequenceError,
+    SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
@@ -172,6 +173,19 @@ def append(
         return
     next_seq = row.next_seq
     _check_batch(session_id, next_seq, records, state.max_event_bytes)
+    if next_seq and (
+        conn.execute(
+            "SELECT 1 FROM events WHERE session_key = ? AND seq = ?",
+            (row.key, next_seq - 1),
+        ).fetchone()
+        is None
+    ):
+        raise SessionCorruptError(
+            f"session {session_id!r}: its last acknowledged event (seq "
+            f"{next_seq - 1}) is missing; the database was damaged or edited",
+            session_id=session_id,
+            offset=next_seq - 1,
+        )
     now = state.clock()
     if pending is not None:
         summary = pending.summary

@@ -1,0 +1,144 @@
+"""Fixtures and helpers of the turnkeep-sqlite tests.
+
+Soak sizes run only when `TURNKEEP_SOAK=1` is set (or pytest was given a
+`--soak` option by a root conftest); otherwise `@pytest.mark.soak` tests skip.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from turnkeep.codec import EventCodec, EventRecord
+from turnkeep.events import (
+    AssistantMessage,
+    AssistantMessageData,
+    SessionEvent,
+    TurnEnd,
+    TurnEndData,
+    UserMessage,
+    UserMessageData,
+)
+from turnkeep.meta import SessionHeader, SessionMeta
+from turnkeep_sqlite import SqliteConfig, SqlitePersistence
+
+CODEC = EventCodec()
+
+
+def soak_enabled(config: pytest.Config) -> bool:
+    """Whether soak-sized runs were asked for."""
+    try:
+        flag = bool(config.getoption("--soak"))
+    except ValueError:
+        flag = False  # no root conftest defines --soak
+    return flag or os.environ.get("TURNKEEP_SOAK") == "1"
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if soak_enabled(config):
+        return
+    skip = pytest.mark.skip(reason="soak size: set TURNKEEP_SOAK=1 (make soak)")
+    here = Path(__file__).parent
+    for item in items:
+        if "soak" in item.keywords and here in Path(str(item.fspath)).parents:
+            item.add_marker(skip)
+
+
+def turn_records(
+    seq0: int, turn: int, *, sizes: list[int] | None = None
+) -> list[EventRecord]:
+    """One turn of encoded events from `seq0` (user, assistant..., end)."""
+    sizes = sizes if sizes is not None else [5, 7]
+    events: list[SessionEvent] = [
+        UserMessage(
+            seq=seq0,
+            time=1_700_000_000_000 + seq0,
+            data=UserMessageData(text=f"u{turn}:" + "x" * sizes[0]),
+        )
+    ]
+    for i, size in enumerate(sizes[1:]):
+        seq = seq0 + 1 + i
+        events.append(
+            AssistantMessage(
+                seq=seq,
+                time=1_700_000_000_000 + seq,
+                data=AssistantMessageData(text=f"a{turn}.{i}:" + "y" * size),
+            )
+        )
+    end = seq0 + len(events)
+    events.append(
+        TurnEnd(
+            seq=end,
+            time=1_700_000_000_000 + end,
+            data=TurnEndData(turn=turn, status="completed"),
+        )
+    )
+    return [CODEC.record(e) for e in events]
+
+
+def meta(session_id: str, *, title: str | None = None) -> SessionMeta:
+    """Metadata of a new session."""
+    from turnkeep.meta import SessionSummary
+
+    return SessionMeta(
+        header=SessionHeader(id=session_id, created_at=1_700_000_000_000, cwd="/w"),
+        summary=SessionSummary(title=title),
+    )
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A database path inside a not-yet-existing private directory."""
+    return tmp_path / "store" / "sessions.sqlite3"
+
+
+@pytest_asyncio.fixture
+async def open_store(db_path: Path) -> AsyncIterator[Callable[..., SqlitePersistence]]:
+    """Open backends over `db_path` (closed at the end of the test)."""
+    opened: list[SqlitePersistence] = []
+
+    def open_one(**options: object) -> SqlitePersistence:
+        backend = SqlitePersistence(SqliteConfig(path=db_path, **options))  # type: ignore[arg-type]
+        opened.append(backend)
+        return backend
+
+    yield open_one
+    for backend in reversed(opened):
+        await backend.aclose()
+
+
+@pytest_asyncio.fixture
+async def store(open_store: Callable[..., SqlitePersistence]) -> SqlitePersistence:
+    """The test's first backend."""
+    return open_store()
+
+
+@pytest.fixture
+def raw_db(db_path: Path) -> Iterator[Callable[[], sqlite3.Connection]]:
+    """Open plain sqlite3 connections to the test database (closed afterwards)."""
+    conns: list[sqlite3.Connection] = []
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(db_path, isolation_level=None, timeout=10)
+        conns.append(conn)
+        return conn
+
+    yield connect
+    for conn in conns:
+        conn.close()
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """A seeded random generator; the seed is printed for reproduction."""
+    seed = int(os.environ.get("TURNKEEP_SEED", random.randrange(2**32)))
+    print(f"\n[{request.node.nodeid}] seed={seed} (TURNKEEP_SEED={seed} to reproduce)")
+    return random.Random(seed)
