@@ -13,8 +13,8 @@ other unknown type refuses the log with `UnknownEventTypeError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Final, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
 
 import attrs
 import msgspec
@@ -26,7 +26,12 @@ from turnkeep.errors import (
     SessionCorruptError,
     UnknownEventTypeError,
 )
-from turnkeep.events import VOCABULARY, SessionEvent, event_type_name
+from turnkeep.events import (
+    VOCABULARY,
+    SessionEvent,
+    event_type_name,
+    make_event_class,
+)
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "EventCodec", "EventRecord"]
 
@@ -73,6 +78,8 @@ class EventCodec:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     _by_name: dict[str, type[SessionEvent]] = attrs.field(init=False, repr=False)
     _encoder: msgspec.json.Encoder = attrs.field(init=False, repr=False)
+    encode_unchecked: Callable[[object], bytes] = attrs.field(init=False, repr=False)
+    """msgspec's encoder, bare: no size check, raw msgspec errors."""
     _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, repr=False)
     _opaque: dict[str, type[SessionEvent]] = attrs.field(
         init=False, factory=dict[str, type[SessionEvent]], repr=False
@@ -82,6 +89,7 @@ class EventCodec:
         if self.max_event_bytes <= 0:
             raise ValueError("max_event_bytes must be positive")
         self._encoder = msgspec.json.Encoder()
+        self.encode_unchecked = self._encoder.encode
         self.set_types(self.types)
 
     def set_types(self, types: Sequence[type[SessionEvent]]) -> None:
@@ -131,9 +139,20 @@ class EventCodec:
             )
         return raw
 
+    def snapshot(self, event: SessionEvent) -> bytes:
+        """`encode`, inlined for the hot path: it runs for every appended event."""
+        try:
+            raw = self.encode_unchecked(event)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            self.encode(event)  # raises the typed error with its message
+            raise
+        if len(raw) > self.max_event_bytes:
+            self.encode(event)  # raises EventTooLargeError
+        return raw
+
     def record(self, event: SessionEvent) -> EventRecord:
         """Snapshot `event` as the record a backend stores (see `encode`)."""
-        return EventRecord(event.seq, event.type, event.time, self.encode(event))
+        return EventRecord(event.seq, event.type, event.time, self.snapshot(event))
 
     def decode(self, raw: bytes) -> SessionEvent:
         """Decode one stored event.
@@ -209,19 +228,7 @@ class EventCodec:
             )
         cls = self._opaque.get(env.type)
         if cls is None:
-            cls = cast(
-                "type[SessionEvent]",
-                msgspec.defstruct(
-                    "OpaqueEvent",
-                    [("data", msgspec.Raw), ("ignorable", bool, True)],
-                    bases=(SessionEvent,),
-                    tag=env.type,
-                    frozen=True,
-                    kw_only=True,
-                    gc=False,
-                    module=__name__,
-                ),
-            )
+            cls = make_event_class(env.type, msgspec.Raw, ignorable=True)
             self._opaque[env.type] = cls
         return cls(seq=env.seq, time=env.time, data=env.data)
 

@@ -17,7 +17,7 @@ keeps them opaque instead of refusing the log.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any, ClassVar, Literal, TypeAlias, cast
 
 import msgspec
 
@@ -46,11 +46,38 @@ __all__ = [
     "define_event_type",
     "event_type_name",
     "is_ignorable",
+    "make_event_class",
 ]
 
 
+class EventMeta(msgspec.StructMeta):
+    """Metaclass of events: exposes each class's wire tag as `cls.type`.
+
+    A plain class attribute (rather than a property over
+    `__struct_config__`) because `event.type` is read on the hot path.
+    """
+
+    def __new__(
+        mcls,
+        name: str,
+        bases: tuple[type, ...],
+        namespace: dict[str, Any],
+        **kwargs: Any,
+    ) -> EventMeta:
+        cls = super().__new__(mcls, name, bases, namespace, **kwargs)
+        tag = cls.__struct_config__.tag  # pyright: ignore[reportAttributeAccessIssue]
+        if isinstance(tag, str):
+            type.__setattr__(cls, "type", tag)
+        return cls
+
+
 class SessionEvent(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False
+    msgspec.Struct,
+    metaclass=EventMeta,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    gc=False,
 ):
     """One entry of a session's append-only log.
 
@@ -70,10 +97,8 @@ class SessionEvent(
     time: int
     data: Any
 
-    @property
-    def type(self) -> str:
-        """The wire tag of this event (`"user/message"`, ...)."""
-        return self.__struct_config__.tag  # type: ignore[return-value]
+    type: ClassVar[str] = ""
+    """The wire tag of this event's class (`"user/message"`, ...)."""
 
 
 def event_type_name(cls: type[SessionEvent]) -> str:
@@ -111,19 +136,27 @@ def define_event_type(
     """
     if not name or "\x00" in name:
         raise ValueError("an event type name must be non-empty text without NUL")
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [("data", data_type)]
+    return make_event_class(name, data_type, ignorable=ignorable)
+
+
+def make_event_class(
+    name: str, data_type: Any, *, ignorable: bool, module: str = __name__
+) -> type[SessionEvent]:
+    """Build a tagged `SessionEvent` subclass (the engine of `define_event_type`)."""
+    annotations: dict[str, Any] = {"data": data_type}
+    namespace: dict[str, Any] = {"__module__": module, "__annotations__": annotations}
     if ignorable:
         # Always encoded (no omit_defaults), so the mark survives on disk.
-        fields.append(("ignorable", bool, True))
-    cls = msgspec.defstruct(  # a SessionEvent subclass, by `bases`
+        annotations["ignorable"] = bool
+        namespace["ignorable"] = True
+    cls = EventMeta(
         _class_name(name),
-        fields,
-        bases=(SessionEvent,),
+        (SessionEvent,),
+        namespace,
         tag=name,
         frozen=True,
         kw_only=True,
         gc=False,
-        module=__name__,
     )
     return cast("type[SessionEvent]", cls)
 

@@ -90,10 +90,11 @@ def session_event(session: Session, event: SessionEvent) -> None:
         Nothing.
 
     Contract:
-        MUST NOT do I/O. A persistence plugin MUST snapshot (encode) the event
-        here, so a later mutation of the live object cannot change what is
-        stored, and a non-serialisable event fails at its source with its type
-        named.
+        MUST NOT do I/O, and MUST NOT register or unregister plugins (the host
+        calls this hook through a fast path that relies on it). A persistence
+        plugin MUST snapshot (encode) the event here, so a later mutation of
+        the live object cannot change what is stored, and a non-serialisable
+        event fails at its source with its type named.
 
     Added in: 0.1.
     """

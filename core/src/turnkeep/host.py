@@ -23,10 +23,11 @@ import sys
 import types
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import pluggy
+from pluggy import HookImpl
 
 from turnkeep import hookspecs, memory
 from turnkeep.clock import Clock, now_ms
@@ -113,7 +114,7 @@ class Host:
         self.pm.add_hookspecs(hookspecs)
         self._codec = EventCodec(max_event_bytes=self.config.max_event_bytes)
         self.sessions = SessionStore(self, clock=self.clock)
-        self._event_hook = self.pm.hook.session_event
+        self._event_hook = _direct_caller(self.pm, "session_event")
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -321,11 +322,14 @@ class Host:
         """Emit `session_created`."""
         self.pm.hook.session_created(session=session)
 
-    def emit_session_event(self, session: Session, event: SessionEvent) -> None:
-        """Emit `session_event` (the hot path)."""
-        results = self._event_hook(session=session, event=event)
-        if results:
-            _refuse_awaitables(results, "session_event")
+    @property
+    def session_event_hook(self) -> Callable[..., list[object]]:
+        """The `session_event` hook caller; sessions call it directly."""
+        return self._event_hook
+
+    def check_session_event_results(self, results: list[object]) -> None:
+        """Refuse awaitables returned by `session_event` implementations."""
+        _refuse_awaitables(results, "session_event")
 
     async def flush_session(self, session: Session) -> None:
         """Emit `session_flush` and await every implementation together."""
@@ -523,6 +527,35 @@ def _call_plugin_hook(
     function: Callable[..., object] = getattr(plugin, hook_name)
     accepted = inspect.signature(function).parameters
     return [function(**{k: v for k, v in kwargs.items() if k in accepted})]
+
+
+def _direct_caller(
+    pm: pluggy.PluginManager, hook_name: str
+) -> Callable[..., list[object]]:
+    """A caller for a hot hook that skips `HookCaller.__call__`'s per-call work.
+
+    `session_event` runs for every streamed chunk. pluggy's public call path
+    re-verifies the argument names and copies the implementation list on every
+    call; the arguments are fixed here and implementations must not register
+    plugins while they run, so the host goes straight to the manager's
+    executor, which keeps ordering, `tryfirst`/`trylast`, error propagation and
+    hook-call monitoring. Falls back to the public path if a future pluggy
+    moves these internals.
+    """
+    caller = getattr(pm.hook, hook_name)
+    impls: object = getattr(caller, "_hookimpls", None)
+    if not hasattr(pm, "_inner_hookexec") or not isinstance(impls, list):
+        return caller  # pragma: no cover - depends on pluggy's internals
+    hook_impls = cast("list[HookImpl]", impls)
+
+    def call(session: object, event: object) -> list[object]:
+        # Read per call: hook-call monitoring and tracing replace it.
+        results = pm._inner_hookexec(  # pyright: ignore[reportPrivateUsage]
+            hook_name, hook_impls, {"session": session, "event": event}, False
+        )
+        return cast("list[object]", results)
+
+    return call
 
 
 def _refuse_awaitables(results: list[object], hook: str) -> None:

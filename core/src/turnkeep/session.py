@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 import msgspec
 
 from turnkeep.clock import Clock, now_ms
-from turnkeep.codec import EventCodec, EventRecord
+from turnkeep.codec import EventCodec
 from turnkeep.errors import (
     EventRejectedError,
     InvalidForkPointError,
@@ -66,8 +66,13 @@ class SessionHooks(Protocol):
         """Emit `session_created`."""
         ...
 
-    def emit_session_event(self, session: Session, event: SessionEvent) -> None:
-        """Emit `session_event`."""
+    @property
+    def session_event_hook(self) -> Callable[..., list[object]]:
+        """The `session_event` hook caller (called on the hot path)."""
+        ...
+
+    def check_session_event_results(self, results: list[object]) -> None:
+        """Refuse awaitables returned by `session_event` implementations."""
         ...
 
     async def flush_session(self, session: Session) -> None:
@@ -91,7 +96,8 @@ class WriteState:
     snapshotted; `persisted` of them are durable.
 
     Attributes:
-        pending: snapshots not yet acknowledged by the backend, in seq order.
+        pending: snapshots (encoded bytes) of the events from seq `persisted`
+            on, not yet acknowledged by the backend, in seq order.
         persisted: how many events are durable (the write cursor).
         created: the backend knows this session (created or loaded).
         summary_dirty: the summary changed since it was last stored.
@@ -100,7 +106,7 @@ class WriteState:
         lock: serialises flushes of this session.
     """
 
-    pending: list[EventRecord] = attrs.field(factory=list[EventRecord])
+    pending: list[bytes] = attrs.field(factory=list[bytes])
     persisted: int = 0
     created: bool = False
     summary_dirty: bool = False
@@ -130,6 +136,10 @@ class Session:
     _clock: Clock = attrs.field(alias="clock", repr=False)
     closed: bool = attrs.field(default=False, init=False)
     """Set by the store when the session is closed; it then takes no events."""
+    _emit: Callable[..., list[object]] = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._emit = self._hooks.session_event_hook
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -173,12 +183,14 @@ class Session:
         event = kind(seq=len(events), time=self._clock(), data=data)
         events.append(event)
         try:
-            self._hooks.emit_session_event(self, event)
+            results = self._emit(self, event)
         except EventRejectedError:
             # Rejecting plugins run first and buffer nothing, so removing the
             # event leaves every plugin's view consistent.
             events.pop()
             raise
+        if results:
+            self._hooks.check_session_event_results(results)
         return event
 
     def set_summary(

@@ -65,8 +65,18 @@ class WriteBehind:
     def session_event(self, session: Session, event: SessionEvent) -> None:
         """Snapshot the event into the session's pending writes."""
         writes = session.writes
-        if writes.persisted + len(writes.pending) == event.seq:
-            writes.pending.append(self.codec.record(event))
+        pending = writes.pending
+        if writes.persisted + len(pending) == event.seq:
+            codec = self.codec
+            # `codec.snapshot`, inlined: this runs for every streamed chunk.
+            try:
+                raw = codec.encode_unchecked(event)
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                codec.encode(event)  # raises the typed error, naming the type
+                raise
+            if len(raw) > codec.max_event_bytes:
+                codec.encode(event)  # raises EventTooLargeError
+            pending.append(raw)
         # Otherwise the state is behind (the session lived without a
         # persistence plugin for a while); flush catches up in seq order.
 
@@ -139,9 +149,9 @@ class WriteBehind:
         writes = session.writes
         events = session.events
         start = writes.persisted + len(writes.pending)
-        record = self.codec.record
+        snapshot = self.codec.snapshot
         for event in events[start:]:
-            writes.pending.append(record(event))
+            writes.pending.append(snapshot(event))
 
     def _start_init(self, session: Session) -> None:
         writes = session.writes
@@ -190,7 +200,13 @@ class WriteBehind:
                     f"session {session.id!r}: {exc}", session_id=session.id
                 ) from exc
             if writes.pending:
-                await self._append(session, writes.pending[:])
+                events = session.events
+                start = writes.persisted
+                batch = [
+                    EventRecord(seq, events[seq].type, events[seq].time, raw)
+                    for seq, raw in enumerate(writes.pending, start)
+                ]
+                await self._append(session, batch)
             if writes.summary_dirty:
                 writes.summary_dirty = False
                 try:

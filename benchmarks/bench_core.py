@@ -1,0 +1,185 @@
+"""Per-event cost of `Session.append` with the write-behind plugin attached.
+
+Measured in one run, round-robin, on the same events:
+
+- `list_append`: a bare `list.append` (the floor of any in-memory log);
+- `pluggy_dispatch`: a bare pluggy hook call with one no-op implementation
+  (what any pluggy-based emit path pays);
+- `pluggy_copy`: pluggy with an implementation that snapshots a dict copy
+  into a buffer handed off every 12 events (the peer benchmark's floor);
+- `turnkeep_append`: `Session.append` on a live session of a started host
+  whose write-behind plugin snapshots (encodes) every event; the buffer is
+  drained every 12 events by a flush, outside the timed region, to a backend
+  that acknowledges and discards (so the stored copies of earlier runs do not
+  grow the heap under later ones).
+
+Goal: `turnkeep_append` at most 1.6x `pluggy_dispatch` per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pluggy
+
+from benchmarks.workload import K, Workload
+from turnkeep import (
+    Config,
+    EventRecord,
+    Host,
+    MemoryPersistence,
+    SessionEvent,
+    hookimpl,
+)
+
+N_EVENTS = 240_000
+REPS = 5
+
+_spec = pluggy.HookspecMarker("benchcore")
+_impl = pluggy.HookimplMarker("benchcore")
+
+
+class _Spec:
+    @_spec
+    def on_event(self, session: object, event: object) -> None:
+        """An event was appended."""
+
+
+class _Noop:
+    @_impl
+    def on_event(self, session: object, event: object) -> None:
+        return None
+
+
+class _Copy:
+    def __init__(self) -> None:
+        self.buf: list[dict[str, Any]] = []
+
+    @_impl
+    def on_event(self, session: object, event: dict[str, Any]) -> None:
+        buf = self.buf
+        buf.append(event.copy())
+        if len(buf) >= K:
+            self.buf = []
+
+
+class _Sink(MemoryPersistence):
+    """Acknowledges appends without keeping the events (flushes are untimed)."""
+
+    acknowledged: int = 0
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        self.acknowledged += len(events)
+
+
+class _SinkPlugin:
+    @hookimpl
+    def register_persistence(self, register: Callable[..., None]) -> None:
+        register("sink", _make_sink)
+
+
+def _make_sink(_config: object) -> _Sink:
+    return _Sink()
+
+
+def _manager(plugin: object) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("benchcore")
+    pm.add_hookspecs(_Spec)
+    pm.register(plugin)
+    return pm
+
+
+def main() -> None:
+    wl = Workload(seed=5, text_min=20, text_max=200)
+    turns = [wl.turn(t + 1, t * K) for t in range(64)]
+    pool: list[SessionEvent] = [e for turn in turns for e in turn]
+    pairs = [(type(e), e.data) for e in pool]
+    dicts = [
+        {"type": e.type, "seq": e.seq, "time": e.time, "data": {"text": "x"}}
+        for e in pool
+    ]
+    n = N_EVENTS - N_EVENTS % K
+
+    def list_append() -> float:
+        buf: list[object] = []
+        app = buf.append
+        items = pool
+        t = time.perf_counter()
+        for i in range(n):
+            app(items[i % 768])
+        return time.perf_counter() - t
+
+    noop = _manager(_Noop()).hook.on_event
+
+    def pluggy_dispatch() -> float:
+        items = pool
+        t = time.perf_counter()
+        for i in range(n):
+            noop(session=None, event=items[i % 768])
+        return time.perf_counter() - t
+
+    copy = _manager(_Copy()).hook.on_event
+
+    def pluggy_copy() -> float:
+        items = dicts
+        t = time.perf_counter()
+        for i in range(n):
+            copy(session=None, event=items[i % 768])
+        return time.perf_counter() - t
+
+    loop = asyncio.new_event_loop()
+    host = Host(Config(persistence="sink", plugins="none"), plugins=[_SinkPlugin()])
+    loop.run_until_complete(host.start())
+
+    def turnkeep_append() -> float:
+        session = host.sessions.create()
+        append = session.append
+        flush = session.flush
+        run = loop.run_until_complete
+        elapsed = 0.0
+        for start in range(0, n, K):
+            t = time.perf_counter()
+            for i in range(start, start + K):
+                kind, data = pairs[i % 768]
+                append(kind, data)
+            elapsed += time.perf_counter() - t
+            run(flush())  # per-turn durability point, not timed
+        run(host.sessions.close(session.id))
+        return elapsed
+
+    variants = {
+        "list_append": list_append,
+        "pluggy_dispatch": pluggy_dispatch,
+        "pluggy_copy": pluggy_copy,
+        "turnkeep_append": turnkeep_append,
+    }
+    gc.freeze()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for fn in variants.values():
+        fn()  # warm-up
+    for _ in range(REPS):
+        for name, fn in variants.items():
+            samples[name].append(fn())
+    loop.run_until_complete(host.aclose())
+    loop.close()
+
+    medians = {k: statistics.median(v) / n * 1e9 for k, v in samples.items()}
+    print(f"events per run: {n}, repetitions: {REPS} (round-robin), ns per event:")
+    for name, ns in medians.items():
+        spread = max(samples[name]) / min(samples[name])
+        print(
+            f"  {name:<16} {ns:8.1f} ns   x{ns / medians['pluggy_dispatch']:.2f} "
+            f"pluggy dispatch   (spread {spread:.2f})"
+        )
+    ratio = medians["turnkeep_append"] / medians["pluggy_dispatch"]
+    verdict = "meets" if ratio <= 1.6 else "misses"
+    print(f"turnkeep_append / pluggy_dispatch = {ratio:.2f} ({verdict} the 1.6x goal)")
+
+
+if __name__ == "__main__":
+    main()
