@@ -1,0 +1,83 @@
+"""Documentation stays true: generated references match, code blocks run."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from turnkeep import _hookdocs, hookspecs
+from turnkeep.config import Config
+from turnkeep.host import Host
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = (
+    "Called:",
+    "Calling convention:",
+    "Args:",
+    "Returns:",
+    "Contract:",
+    "Added in:",
+)
+
+
+def blocks(path: Path, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def test_hook_reference_is_generated_from_the_specs() -> None:
+    committed = (ROOT / "docs" / "hooks.md").read_text()
+    assert committed == _hookdocs.render(), (
+        "run `make docs` to regenerate docs/hooks.md"
+    )
+
+
+def test_every_hook_is_specified_documented_and_rendered() -> None:
+    host = Host(Config(plugins="none"))
+    names = {n for n in dir(host.pm.hook) if not n.startswith("_")}
+    assert names == set(hookspecs.HOOK_NAMES)
+    reference = (ROOT / "docs" / "hooks.md").read_text()
+    for name in names:
+        spec = getattr(hookspecs, name)
+        doc = inspect.getdoc(spec) or ""
+        for section in SECTIONS:
+            assert section in doc, f"{name} lacks a {section!r} section"
+        assert f"### `{name}{inspect.signature(spec)}`".replace("'", "") in reference
+
+
+def test_readme_quick_start_runs() -> None:
+    (code,) = blocks(ROOT / "README.md", "python")
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own README
+
+
+def test_writing_a_backend_registration_block_compiles() -> None:
+    registration, conformance = blocks(ROOT / "docs" / "writing-a-backend.md", "python")
+    compile(registration, "writing-a-backend.md", "exec")
+    assert "class TestMyBackend(PersistenceContract)" in conformance
+
+
+@pytest.mark.slow
+def test_a_backend_test_file_is_one_subclass_and_one_fixture(
+    pytester: pytest.Pytester,
+) -> None:
+    _, conformance = blocks(ROOT / "docs" / "writing-a-backend.md", "python")
+    pytester.makeini(
+        "[pytest]\nasyncio_mode = strict\n"
+        "asyncio_default_fixture_loop_scope = function\n"
+    )
+    pytester.makepyfile(test_mine=conformance)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.parseoutcomes()["passed"] >= 50
+
+
+def test_configuration_example_is_valid(tmp_path: Path) -> None:
+    from turnkeep.config import load_config
+
+    (toml,) = blocks(ROOT / "docs" / "configuration.md", "toml")
+    (tmp_path / "turnkeep.toml").write_text(toml)
+    config = load_config(tmp_path, env={})
+    assert config.persistence == "sqlite"
+    assert "path" in config.backends["sqlite"]
