@@ -249,7 +249,52 @@ async def _write_turns(cmd: dict[str, Any]) -> None:
     await backend.aclose()
 
 
+def try_read(path: Path) -> dict[str, Any]:
+    """Try to read `path` (or list it, for a directory)."""
+    try:
+        if path.is_dir():
+            os.listdir(path)
+        else:
+            with open(path, "rb") as file:
+                file.read(1)
+    except OSError as exc:
+        return {"outcome": type(exc).__name__, "message": str(exc)}
+    return {"outcome": "ok", "message": ""}
+
+
+async def once(path: Path) -> dict[str, Any]:
+    """Open the database at `path` and append one turn to session "s"."""
+    backend = SqlitePersistence(SqliteConfig(path=path))
+    try:
+        if not await backend.has("s"):
+            await backend.create(meta("s"))
+            seq0 = 0
+        else:
+            await backend.claim("s")
+            seq0 = len((await backend.load("s")).events)
+        await backend.append("s", turn(seq0, 0, seed=1, tag="once"))
+    except TurnkeepError as exc:
+        return {"outcome": type(exc).__name__, "message": str(exc)}
+    except Exception as exc:
+        return {"outcome": f"untyped {type(exc).__name__}", "message": str(exc)}
+    finally:
+        await backend.aclose()
+    return {"outcome": "ok", "message": ""}
+
+
 def main() -> None:
+    if sys.argv[1] in ("once", "read"):
+        if len(sys.argv) > 3:
+            # Drop to another user after the imports: that user need not be
+            # able to reach this interpreter or its packages.
+            uid = int(sys.argv[3])
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        path = Path(sys.argv[2])
+        result = asyncio.run(once(path)) if sys.argv[1] == "once" else try_read(path)
+        sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
+        return
     server = Server()
     encoder = msgspec.json.Encoder()
     decoder = msgspec.json.Decoder()

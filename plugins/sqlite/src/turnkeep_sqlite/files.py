@@ -120,6 +120,8 @@ def prepare_database_file(path: Path, *, allow_network: bool) -> FileIdentity:
             _check_regular(info, path)
             if stat.S_IMODE(info.st_mode) != _FILE_MODE:
                 os.fchmod(fd, _FILE_MODE)  # set explicitly, whatever the umask was
+        except StorageError:
+            raise  # already says what is wrong (StorageError is an OSError)
         except OSError as exc:
             raise _refusal(exc, path) from exc
         finally:

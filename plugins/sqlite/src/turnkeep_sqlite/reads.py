@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import sqlite3
 import threading
 import time
@@ -125,10 +126,14 @@ class Readers:
                 path=path,
             )
             try:
-                return read(conn)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
+                result = read(conn)
+            except BaseException:
+                # Keep the read's own error: ending the snapshot may fail too.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
         except TurnkeepError:
             raise
         except sqlite3.Error as exc:
