@@ -60,6 +60,7 @@ NETWORK_FILESYSTEMS: Final = frozenset(
     }
 )
 
+_MOUNTINFO: Final = Path("/proc/self/mountinfo")
 _DIR_MODE: Final = 0o700
 _FILE_MODE: Final = 0o600
 _HEADER_MAGIC: Final = b"SQLite format 3\x00"
@@ -81,10 +82,13 @@ class HeaderFields:
     application_id: int
 
 
-def prepare_database_file(path: Path, *, allow_network: bool) -> FileIdentity:
+def prepare_database_file(
+    path: Path, *, allow_network: bool, mountinfo: Path = _MOUNTINFO
+) -> FileIdentity:
     """Make `path` safe to hand to SQLite and return the file's identity.
 
     Creates missing directories 0700 and a missing database file 0600.
+    `mountinfo` is the mount table consulted for the file system type.
 
     Raises:
         StorageError: a symlink or non-regular file sits at a name SQLite
@@ -95,7 +99,7 @@ def prepare_database_file(path: Path, *, allow_network: bool) -> FileIdentity:
     """
     directory = path.parent
     _ensure_private_dir(directory)
-    fstype = filesystem_type(directory)
+    fstype = filesystem_type(directory, mountinfo)
     if fstype in NETWORK_FILESYSTEMS and not allow_network:
         raise ConfigurationError(
             f"the SQLite database {path} is on a {fstype} file system, where "
@@ -212,9 +216,7 @@ def read_header(path: Path) -> HeaderFields | None:
     )
 
 
-def filesystem_type(
-    directory: Path, mountinfo: Path = Path("/proc/self/mountinfo")
-) -> str | None:
+def filesystem_type(directory: Path, mountinfo: Path = _MOUNTINFO) -> str | None:
     """Return the type of the file system holding `directory` (Linux), or `None`."""
     try:
         text = mountinfo.read_text(encoding="utf-8", errors="replace")

@@ -137,7 +137,10 @@ def connect_writer(config: SqliteConfig, *, pid: int) -> sqlite3.Connection:
     """
     path = config.path
     deadline = time.monotonic() + config.busy_timeout_ms / 1000
-    _probe_version(path)
+    try:
+        _probe_version(path)
+    except sqlite3.Error as exc:
+        raise storage_error(exc, "reading the schema version", path) from exc
     conn = _connect(path)
     try:
         retry_busy(lambda: _enable_wal(conn, path), deadline=deadline, path=path)
@@ -191,29 +194,50 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _probe_version(path: Path) -> None:
+    """Refuse a newer or foreign database before anything may write to it.
+
+    Switching the journal mode or migrating would change the file, so the
+    version is read first through a read-only connection. Without a `-wal`
+    file the main file is all there is, and `immutable=1` keeps SQLite from
+    creating `-wal`/`-shm` for the probe; with one, a plain read-only
+    connection reads the WAL too (and never checkpoints).
+    """
     header = read_header(path)
     if header is None:
-        return
+        return  # a new, empty file
     if header.application_id not in (0, APPLICATION_ID):
-        raise StorageError(
-            f"{path} belongs to another application (application_id "
-            f"{header.application_id:#x}); point `path` at a turnkeep database"
-        )
-    version = header.user_version
-    if os.path.exists(f"{path}-wal"):
-        # The header may be older than a committed, not yet checkpointed
-        # migration. A read-only connection sees it and never checkpoints.
-        uri = f"file:{quote(str(path))}?mode=ro"
-        try:
-            probe = sqlite3.connect(uri, uri=True, timeout=1.0)
-            try:
-                version = probe.execute("PRAGMA user_version").fetchone()[0]
-            finally:
-                probe.close()
-        except sqlite3.Error as exc:
-            raise storage_error(exc, "reading the schema version", path) from exc
+        raise _foreign(path, f"application_id {header.application_id:#x}")
+    immutable = not os.path.exists(f"{path}-wal")
+    try:
+        version, tables = _read_version(path, immutable=immutable)
+    except sqlite3.Error:
+        if not immutable:
+            raise
+        # The file changed under the immutable read (a writer appeared):
+        # read it again, properly locked.
+        version, tables = _read_version(path, immutable=False)
     if version > SCHEMA_VERSION:
         raise _newer(path, version)
+    if version == 0 and tables and header.application_id != APPLICATION_ID:
+        raise _foreign(path, "tables of another application")
+
+
+def _read_version(path: Path, *, immutable: bool) -> tuple[int, int]:
+    uri = f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if immutable else "")
+    probe = sqlite3.connect(uri, uri=True, timeout=1.0)
+    try:
+        version: int = probe.execute("PRAGMA user_version").fetchone()[0]
+        tables: int = probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    finally:
+        probe.close()
+    return version, tables
+
+
+def _foreign(path: Path, what: str) -> StorageError:
+    return StorageError(
+        f"{path} belongs to another application ({what}); point `path` at a "
+        "new file or at a turnkeep database (the file was not modified)"
+    )
 
 
 def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
