@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from turnkeep.errors import StorageError, TurnkeepError
+from turnkeep.errors import SessionCorruptError, StorageError, TurnkeepError
 from turnkeep.meta import SessionHeader, SessionMeta
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
@@ -173,8 +173,8 @@ async def read_eio(root: Path) -> dict[str, Any]:
         try:
             loaded = await reader.load("s")
             violations.append(f"load returned {len(loaded.events)} events despite EIO")
-        except StorageError:
-            pass
+        except (StorageError, SessionCorruptError):
+            pass  # SQLite reports some failed reads as a malformed page
         except Exception as exc:
             violations.append(f"untyped {exc!r}")
         shim.disarm()

@@ -59,6 +59,9 @@ def _acked(ack_file: Path) -> int:
 
 
 async def _check_trial(path: Path, acked: int) -> dict[str, Any]:
+    if not await asyncio.to_thread(path.exists):  # killed before the db existed
+        assert acked == 0
+        return {"turns": 0}
     probe = sqlite3.connect(path, isolation_level=None, timeout=0)
     try:
         probe.execute("BEGIN IMMEDIATE")  # no orphaned lock or transaction

@@ -12,7 +12,9 @@
     process: the kernel's short write / EFBIG surfaces as `StorageError`, the
     reload shows no partial turn and `integrity_check` is ok. CI 300 trials;
     soak 3,000.
-16. (part) EIO on a read during `load` is a typed error, not a short log.
+16. (part) EIO on a read during `load` is a typed error, not a short log
+    (`StorageError`, or `SessionCorruptError` where SQLite reports the failed
+    read as a malformed page).
 """
 
 from __future__ import annotations
