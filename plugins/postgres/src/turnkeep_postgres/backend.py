@@ -1,0 +1,340 @@
+"""`PostgresPersistence`: the `SessionPersistence` implementation over PostgreSQL.
+
+Consumed by core's write-behind plugin (and the session store's resume path)
+through the protocol in `turnkeep.persistence`, whose contracts it keeps.
+This module wires the parts together: writes go to the `Writer` (group
+commit, `turnkeep_postgres.writes`), reads to pooled connections
+(`turnkeep_postgres.reads`), and a renewal task keeps this instance's leases
+alive. Nothing happens at construction; the first call connects, checks the
+server's durability settings, migrates the schema and opens the pool, all
+with psycopg's async API, so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from turnkeep.codec import EventRecord
+from turnkeep.errors import (
+    PersistenceError,
+    SessionCorruptError,
+    StorageError,
+    TurnkeepError,
+)
+from turnkeep.ids import validate_session_id
+from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep_postgres import reads, writes
+from turnkeep_postgres.config import PostgresConfig
+from turnkeep_postgres.schema import check_server, configure_connection, migrate
+from turnkeep_postgres.sqlerrors import connection_lost, describe_server, storage_error
+from turnkeep_postgres.statements import Queries
+from turnkeep_postgres.writer import Op, Writer, WriterStats
+
+__all__ = ["PostgresPersistence"]
+
+T = TypeVar("T")
+log = logging.getLogger("turnkeep_postgres")
+
+Pool = AsyncConnectionPool[AsyncConnection[Any]]
+
+
+@attrs.define(eq=False)
+class _Opened:
+    pool: Pool
+    queries: Queries
+    writer: Writer
+    renewer: asyncio.Task[None]
+
+
+@attrs.define(eq=False)
+class PostgresPersistence:
+    """Sessions in PostgreSQL, shared by many worker processes and machines.
+
+    Each session has one writer at a time: `create`/`claim` take a lease on
+    it, which this instance renews every `lease_ms / 3` while it runs; a
+    second worker gets `SessionLockedError` until the lease is released or
+    runs out, and `claim(steal=True)` takes over and fences the old owner.
+    Use one instance per process: its writer group-commits the flushes of
+    all the sessions it serves.
+
+    Args:
+        config: the options (`PostgresConfig`).
+    """
+
+    config: PostgresConfig = attrs.Factory(PostgresConfig)
+    _state: writes.OwnerState = attrs.field(init=False)
+    _where: str = attrs.field(init=False)
+    _pid: int = attrs.field(init=False, factory=os.getpid)
+    _opened: _Opened | None = attrs.field(init=False, default=None)
+    _opening: asyncio.Lock | None = attrs.field(init=False, default=None)
+    _damaged: set[str] = attrs.field(init=False, factory=set[str])
+    _closed: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._where = describe_server(self.config.dsn)
+        self._state = writes.OwnerState(
+            token=uuid.uuid4(),
+            info=f"{socket.gethostname()} pid {self._pid}",
+            lease_s=self.config.lease_ms / 1000,
+            max_event_bytes=self.config.max_event_bytes,
+        )
+
+    @property
+    def where(self) -> str:
+        """The server, as `user@host:port/dbname` (never the password)."""
+        return self._where
+
+    @property
+    def owner_token(self) -> uuid.UUID:
+        """This instance's owner token (the `owner` column of its sessions)."""
+        return self._state.token
+
+    @property
+    def application_name(self) -> str:
+        """The `application_name` of this instance's connections."""
+        return f"{self.config.application_name}:{socket.gethostname()}:{self._pid}"[:63]
+
+    @property
+    def writer_stats(self) -> WriterStats:
+        """Group-commit counters (groups, operations, largest group)."""
+        return self._opened.writer.stats if self._opened else WriterStats()
+
+    # -- SessionPersistence ------------------------------------------------
+
+    async def create(self, meta: SessionMeta) -> None:
+        """Register a new session and take its writer role.
+
+        Nothing becomes visible until the first `append`; until then the
+        session is an invisible claim row that `release`/`aclose` remove and
+        that another worker may take over once its lease runs out.
+        """
+        validate_session_id(meta.id)
+        await self._write(writes.create(self._state, meta))
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        """Durably append one flush (owner, generation, seq checked as it lands)."""
+        session_id = validate_session_id(session_id)
+        if session_id in self._damaged:
+            raise SessionCorruptError(
+                f"session {session_id!r} was found damaged by load; appending to it "
+                "would bury the damage. Restore the database from a backup.",
+                session_id=session_id,
+            )
+        await self._write(writes.append(self._state, session_id, list(events)))
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """Return the stored metadata and every durable event's exact bytes."""
+        session_id = validate_session_id(session_id)
+        limit = self.config.max_event_bytes
+        try:
+            return await self._read(
+                f"loading {session_id!r}",
+                lambda conn, q: reads.load(conn, q, session_id, limit),
+            )
+        except SessionCorruptError:
+            self._damaged.add(session_id)  # later appends are refused too
+            raise
+
+    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
+        """Page through stored sessions, newest first, from the index alone."""
+        if limit <= 0:
+            raise ValueError("limit must be positive")
+        if cursor is not None:
+            reads.decode_cursor(cursor)  # refuse a bad cursor before any I/O
+        return await self._read(
+            "listing sessions", lambda conn, q: reads.list_page(conn, q, limit, cursor)
+        )
+
+    async def has(self, session_id: str) -> bool:
+        """Whether the session is stored (has at least one durable flush)."""
+        session_id = validate_session_id(session_id)
+        return await self._read(
+            f"looking up {session_id!r}", lambda conn, q: reads.has(conn, q, session_id)
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """Remove a stored session and all its events."""
+        session_id = validate_session_id(session_id)
+        await self._write(writes.delete(self._state, session_id))
+        self._damaged.discard(session_id)
+
+    async def update(self, session_id: str, summary: SessionSummary) -> None:
+        """Replace the summary (the backend keeps `event_count`)."""
+        session_id = validate_session_id(session_id)
+        await self._write(writes.update(self._state, session_id, summary))
+
+    async def claim(self, session_id: str, *, steal: bool = False) -> None:
+        """Take the writer role; an expired lease is taken without `steal`."""
+        session_id = validate_session_id(session_id)
+        await self._write(writes.claim(self._state, session_id, steal=steal))
+
+    async def release(self, session_id: str) -> None:
+        """Give up the writer role (no-op if not held)."""
+        session_id = validate_session_id(session_id)
+        await self._write(writes.release(self._state, session_id))
+
+    async def aclose(self) -> None:
+        """Release every writer role, stop renewing, close the pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        opened, self._opened = self._opened, None
+        if opened is None:
+            return
+        opened.renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await opened.renewer
+        try:
+            if os.getpid() == self._pid and (self._state.held or self._state.pending):
+                await opened.writer.submit(writes.release_all(self._state))
+        except TurnkeepError as exc:
+            # The server is gone: the leases run out on their own.
+            log.warning("turnkeep-postgres: could not release sessions: %s", exc)
+        finally:
+            await opened.writer.close()
+            await opened.pool.close()
+
+    # -- internals ---------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise PersistenceError(
+                f"the PostgreSQL backend for {self._where} is closed"
+            )
+        if os.getpid() != self._pid:
+            raise PersistenceError(
+                f"the PostgreSQL backend for {self._where} was created in process "
+                f"{self._pid} and cannot be used from a forked child; open a new "
+                "backend in the child"
+            )
+
+    async def _write(self, op: Op[T]) -> T:
+        opened = await self._open()
+        return await opened.writer.submit(op)
+
+    async def _read(
+        self,
+        doing: str,
+        read: Callable[[AsyncConnection[Any], Queries], Awaitable[T]],
+    ) -> T:
+        opened = await self._open()
+        try:
+            async with opened.pool.connection() as conn:
+                return await read(conn, opened.queries)
+        except PoolTimeout as exc:
+            raise StorageError(
+                f"no connection to PostgreSQL at {self._where} could be had in time "
+                f"while {doing} ({exc}). Is the server up?"
+            ) from exc
+        except psycopg.Error as exc:
+            if connection_lost(exc):
+                with contextlib.suppress(psycopg.Error):
+                    await opened.pool.check()
+            raise storage_error(exc, doing, self._where) from exc
+
+    async def _open(self) -> _Opened:
+        self._check_usable()
+        if self._opened is not None:
+            return self._opened
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._opened is None:
+                opened = await self._connect()
+                if self._closed:  # aclose ran while we connected
+                    opened.renewer.cancel()
+                    await opened.pool.close()
+                    self._check_usable()
+                self._opened = opened
+            return self._opened
+
+    async def _connect(self) -> _Opened:
+        config = self.config
+        timeout_s = config.connect_timeout_ms / 1000
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "application_name": self.application_name,
+            # libpq counts whole seconds and treats 1 as 2.
+            "connect_timeout": max(2, math.ceil(timeout_s)),
+        }
+        try:
+            first = await AsyncConnection.connect(config.dsn, **kwargs)
+        except psycopg.Error as exc:
+            raise storage_error(exc, "connecting", self._where) from exc
+        try:
+            await check_server(
+                first, allow_non_durable=config.allow_non_durable, where=self._where
+            )
+            await migrate(first, config.schema)
+            queries = await Queries.render(first, config.schema)
+        except psycopg.Error as exc:
+            raise storage_error(exc, "preparing the schema", self._where) from exc
+        finally:
+            await first.close()
+
+        async def configure(conn: AsyncConnection[Any]) -> None:
+            await configure_connection(
+                conn,
+                statement_timeout_ms=config.statement_timeout_ms,
+                lock_timeout_ms=config.lock_timeout_ms,
+                idle_in_transaction_timeout_ms=config.idle_in_transaction_timeout_ms,
+            )
+
+        pool: Pool = AsyncConnectionPool(
+            config.dsn,
+            kwargs=kwargs,
+            min_size=config.pool_min_size,
+            max_size=config.pool_max_size,
+            open=False,
+            configure=configure,
+            timeout=timeout_s,
+            name=f"turnkeep-postgres:{config.schema}",
+        )
+        try:
+            await pool.open(wait=True, timeout=timeout_s)
+        except PoolTimeout as exc:
+            await pool.close()
+            raise StorageError(
+                f"could not open connections to PostgreSQL at {self._where} within "
+                f"{timeout_s:g} s ({exc})"
+            ) from exc
+        writer = Writer(pool, queries, self._where, config.max_group_flushes)
+        renewer = asyncio.get_running_loop().create_task(
+            self._renew(writer), name="turnkeep-postgres-lease"
+        )
+        return _Opened(pool=pool, queries=queries, writer=writer, renewer=renewer)
+
+    async def _renew(self, writer: Writer) -> None:
+        """Extend this instance's leases every `lease_ms / 3` while it lives."""
+        interval = self.config.lease_ms / 3000
+        state = self._state
+        while True:
+            await asyncio.sleep(interval)  # the renewal period, not a wait for an event
+            if not state.held and not state.pending:
+                continue
+            try:
+                owned = await writer.submit(writes.renew(state))
+            except TurnkeepError as exc:
+                log.warning("turnkeep-postgres: lease renewal failed: %s", exc)
+                continue
+            lost = set(state.held) - owned
+            if lost:
+                log.info(
+                    "turnkeep-postgres: %d session(s) were taken over by another "
+                    "worker; their next flush here is fenced",
+                    len(lost),
+                )

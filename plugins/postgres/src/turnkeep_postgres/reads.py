@@ -1,0 +1,168 @@
+"""The read operations: `load`, `list`, `has`, and the `list` cursor.
+
+Reads take no lock and run on any pooled connection, outside the writer.
+`load` reads the session row, then its events up to the row's `next_seq`
+(rows a concurrent flush adds later are not asked for), and checks they are
+exactly `0 .. next_seq-1`: a missing or oversized row is damage inside
+acknowledged data (`SessionCorruptError`), never a shorter history. `list`
+pages newest first by `(-updated_at, id)` from the partial index
+`sessions_by_update`, with an opaque cursor holding the last key seen.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Final
+
+import msgspec
+from psycopg import AsyncConnection
+
+from turnkeep.errors import (
+    InvalidCursorError,
+    SessionCorruptError,
+    SessionNotFoundError,
+    UnsupportedFormatError,
+)
+from turnkeep.meta import FORMAT_VERSION, SessionHeader, SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep_postgres.statements import Queries
+
+__all__ = ["decode_cursor", "encode_cursor", "has", "list_page", "load"]
+
+_CURSOR_TAG: Final = "pg1"
+_cursor_encoder: Final = msgspec.json.Encoder()
+_cursor_decoder: Final = msgspec.json.Decoder(tuple[str, int, str])
+_header_decoder: Final = msgspec.json.Decoder(SessionHeader)
+_summary_decoder: Final = msgspec.json.Decoder(SessionSummary)
+
+
+def encode_cursor(updated_at: int, session_id: str) -> str:
+    """The opaque cursor that continues after `(updated_at, session_id)`."""
+    raw = _cursor_encoder.encode((_CURSOR_TAG, updated_at, session_id))
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """The key a cursor continues after.
+
+    Raises:
+        InvalidCursorError: the cursor was not made by `encode_cursor`.
+    """
+    try:
+        tag, updated_at, session_id = _cursor_decoder.decode(
+            base64.urlsafe_b64decode(cursor.encode("ascii"))
+        )
+    except (ValueError, binascii.Error, msgspec.DecodeError) as exc:
+        raise InvalidCursorError(f"invalid list cursor {cursor!r}") from exc
+    if tag != _CURSOR_TAG:
+        raise InvalidCursorError(f"list cursor {cursor!r} is from another backend")
+    return updated_at, session_id
+
+
+def _meta(row: tuple[Any, ...]) -> SessionMeta:
+    """A `SessionMeta` from a `_META` row (id, format, header, summary, ...)."""
+    session_id, format_version, header_text, summary_text, updated_at, count = row
+    try:
+        header = _header_decoder.decode(header_text)
+        summary = _summary_decoder.decode(summary_text)
+    except msgspec.DecodeError as exc:
+        raise SessionCorruptError(
+            f"session {session_id!r}: its stored header or summary is unreadable "
+            f"({exc})",
+            session_id=session_id,
+        ) from exc
+    if header.id != session_id:
+        raise SessionCorruptError(
+            f"session {session_id!r}: its stored header names {header.id!r}",
+            session_id=session_id,
+        )
+    if format_version > header.format_version:
+        # The column is what appends check; keep the two in agreement.
+        header = msgspec.structs.replace(header, format_version=format_version)
+    summary = msgspec.structs.replace(
+        summary, updated_at=int(updated_at), event_count=int(count)
+    )
+    return SessionMeta(header=header, summary=summary)
+
+
+async def load(
+    conn: AsyncConnection[Any], queries: Queries, session_id: str, max_bytes: int
+) -> LoadedSession:
+    """Read a stored session's metadata and every durable event's bytes.
+
+    Raises:
+        SessionNotFoundError: nothing is stored under this id.
+        UnsupportedFormatError: the session's format is newer than the code.
+        SessionCorruptError: an acknowledged event is missing or oversized.
+    """
+    cur = await conn.execute(queries.load_meta, {"id": session_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    meta = _meta(row)
+    if meta.header.format_version > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"session {session_id!r} has format version "
+            f"{meta.header.format_version}; this turnkeep reads up to "
+            f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
+        )
+    count = meta.summary.event_count
+    # Binary results: bytea arrives as the bytes themselves, not hex text.
+    async with conn.cursor(binary=True) as events_cur:
+        await events_cur.execute(
+            queries.load_events, {"id": session_id, "count": count, "max": max_bytes}
+        )
+        rows = await events_cur.fetchall()
+    events: list[bytes] = []
+    for index, (seq, raw, _size) in enumerate(rows):
+        if seq != index or raw is None:
+            break
+        events.append(bytes(raw))
+    if len(events) == count:
+        return LoadedSession(meta=meta, events=events)
+    # Rows read in a second statement: a concurrent delete looks like damage.
+    again = await conn.execute(queries.has, {"id": session_id})
+    if await again.fetchone() is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    index = len(events)
+    if index < len(rows) and rows[index][1] is None:
+        why = f"event {index} is {rows[index][2]} bytes, over max_event_bytes"
+    else:
+        why = f"acknowledged event {index} of {count} is missing"
+    raise SessionCorruptError(
+        f"session {session_id!r}: {why}; the database was damaged or edited. "
+        "Restore it from a backup.",
+        session_id=session_id,
+        offset=index,
+    )
+
+
+async def list_page(
+    conn: AsyncConnection[Any], queries: Queries, limit: int, cursor: str | None
+) -> SessionPage:
+    """One page of stored sessions, newest first."""
+    if cursor is None:
+        cur = await conn.execute(queries.list_first, {"limit": limit + 1})
+    else:
+        updated_at, session_id = decode_cursor(cursor)
+        cur = await conn.execute(
+            queries.list_after,
+            {"updated_at": updated_at, "id": session_id, "limit": limit + 1},
+        )
+    rows = await cur.fetchall()
+    items = [_meta(row) for row in rows[:limit]]
+    more = len(rows) > limit
+    last = items[-1] if items else None
+    next_cursor = (
+        encode_cursor(last.summary.updated_at, last.id)
+        if more and last is not None
+        else None
+    )
+    return SessionPage(items=items, next_cursor=next_cursor)
+
+
+async def has(conn: AsyncConnection[Any], queries: Queries, session_id: str) -> bool:
+    """Whether a session is stored (has at least one durable flush)."""
+    cur = await conn.execute(queries.has, {"id": session_id})
+    return await cur.fetchone() is not None

@@ -1,0 +1,273 @@
+"""The tables, their versioned migrations, and the checks made at connect.
+
+Layout (schema name from configuration, always quoted):
+
+- `sessions`: one row per session. Header and summary as `json` (msgspec's
+  exact text, so a summary may hold any character), the columns SQL needs
+  (`format_version`, `updated_at`, `next_seq` = durable event count), and
+  ownership: `generation` (the fencing token), `owner` (a backend instance's
+  random token), `owner_info` (host and pid, for operators), `lease_until`
+  (server clock). A row with `next_seq = 0` is a claim placed by `create`,
+  invisible to reads until its first flush.
+- `events`: `PRIMARY KEY (session_id, seq)`, `raw bytea` holding core's bytes
+  verbatim (docs/adr/0007-postgres-bytea-and-leases.md says why not `jsonb`).
+- `schema_migrations`: one row per applied migration.
+
+`migrate` brings a schema to `SCHEMA_VERSION` under a transaction-scoped
+advisory lock, so workers starting together migrate exactly once. It runs in
+the caller's transaction when there is one (as a savepoint) and in its own
+otherwise; every statement is plain transactional DDL (no `CREATE INDEX
+CONCURRENTLY`, which cannot run inside a transaction). A schema newer than
+the code is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import attrs
+from psycopg import AsyncConnection, sql
+
+from turnkeep.errors import ConfigurationError, UnsupportedFormatError
+
+__all__ = [
+    "LOCK_NAMESPACE",
+    "SCHEMA_VERSION",
+    "Migration",
+    "ServerSettings",
+    "check_server",
+    "configure_connection",
+    "migrate",
+    "migrations",
+    "read_version",
+]
+
+log = logging.getLogger("turnkeep_postgres")
+
+SCHEMA_VERSION: Final = 1
+"""The schema version this code writes and the newest it reads."""
+
+LOCK_NAMESPACE: Final = 0x746B
+"""First key of turnkeep's advisory locks (`"tk"`); the second is the schema's hash."""
+
+# `synchronous_commit` values that wait for the local WAL flush before a
+# COMMIT returns; only `off` does not.
+_DURABLE_COMMIT: Final = frozenset({"on", "local", "remote_write", "remote_apply"})
+
+
+@attrs.frozen
+class Migration:
+    """One schema version: the statements that create it from the previous one."""
+
+    version: int
+    description: str
+    statements: tuple[sql.Composed, ...]
+
+
+def _migration_1(schema: sql.Identifier) -> Migration:
+    sessions = sql.SQL("{}.sessions").format(schema)
+    events = sql.SQL("{}.events").format(schema)
+    return Migration(
+        1,
+        "sessions and events",
+        (
+            sql.SQL(
+                """CREATE TABLE IF NOT EXISTS {sessions} (
+                    id text COLLATE "C" PRIMARY KEY,
+                    format_version integer NOT NULL,
+                    header json NOT NULL,
+                    summary json NOT NULL,
+                    updated_at bigint NOT NULL,
+                    next_seq bigint NOT NULL DEFAULT 0 CHECK (next_seq >= 0),
+                    generation bigint NOT NULL DEFAULT 1,
+                    owner uuid,
+                    owner_info text,
+                    lease_until timestamptz
+                )"""
+            ).format(sessions=sessions),
+            # Serves `list`: keyset pages newest first, visible sessions only.
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS sessions_by_update ON {sessions} "
+                "(updated_at DESC, id) WHERE next_seq > 0"
+            ).format(sessions=sessions),
+            # Serves lease renewal and release-all: a worker's own rows.
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS sessions_by_owner ON {sessions} (owner) "
+                "WHERE owner IS NOT NULL"
+            ).format(sessions=sessions),
+            sql.SQL(
+                """CREATE TABLE IF NOT EXISTS {events} (
+                    session_id text COLLATE "C" NOT NULL
+                        REFERENCES {sessions} (id) ON DELETE CASCADE,
+                    seq bigint NOT NULL CHECK (seq >= 0),
+                    raw bytea NOT NULL,
+                    PRIMARY KEY (session_id, seq)
+                )"""
+            ).format(sessions=sessions, events=events),
+        ),
+    )
+
+
+def migrations(schema: str) -> tuple[Migration, ...]:
+    """Every migration, oldest first, for tables in `schema`."""
+    ident = sql.Identifier(schema)
+    return (_migration_1(ident),)
+
+
+async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:
+    """The newest applied migration in `schema`, or `None` if it has none."""
+    cur = await conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s "
+        "AND c.relname = 'schema_migrations'",
+        (schema,),
+    )
+    if await cur.fetchone() is None:
+        return None
+    cur = await conn.execute(
+        sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(
+            sql.Identifier(schema)
+        )
+    )
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _refuse_newer(schema: str, version: int) -> UnsupportedFormatError:
+    return UnsupportedFormatError(
+        f"the turnkeep schema {schema!r} is at version {version}, newer than this "
+        f"turnkeep-postgres understands ({SCHEMA_VERSION}); upgrade "
+        "turnkeep-postgres on this worker (nothing was changed)"
+    )
+
+
+async def migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
+    """Bring `schema` to `SCHEMA_VERSION`, exactly once across workers.
+
+    Works on a connection inside a transaction (the work is a savepoint of
+    it, and the lock lasts until that transaction ends) or outside one (the
+    work is its own transaction). Idempotent.
+
+    Returns:
+        The version found before (`None` for a fresh schema).
+
+    Raises:
+        UnsupportedFormatError: the schema is newer than this code; nothing
+            was changed.
+        psycopg.Error: the server refused (the caller wraps it).
+    """
+    found = await read_version(conn, schema)
+    if found is not None and found > SCHEMA_VERSION:
+        raise _refuse_newer(schema, found)
+    if found == SCHEMA_VERSION:
+        return found
+    ident = sql.Identifier(schema)
+    async with conn.transaction():
+        # Transaction-scoped: released at commit or rollback, also if this
+        # worker dies, so a crashed migrator never blocks the others.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+            (LOCK_NAMESPACE, schema),
+        )
+        await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        await conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
+                "version integer PRIMARY KEY, description text NOT NULL, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        current = await read_version(conn, schema) or 0
+        if current > SCHEMA_VERSION:
+            raise _refuse_newer(schema, current)
+        for migration in migrations(schema):
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                await conn.execute(statement)
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.schema_migrations (version, description) "
+                    "VALUES (%s, %s) ON CONFLICT (version) DO NOTHING"
+                ).format(ident),
+                (migration.version, migration.description),
+            )
+            log.info(
+                "turnkeep schema %r migrated to version %d", schema, migration.version
+            )
+    return found
+
+
+@attrs.frozen
+class ServerSettings:
+    """What `check_server` read from the server."""
+
+    synchronous_commit: str
+    fsync: str
+    server_encoding: str
+
+
+async def check_server(
+    conn: AsyncConnection[Any], *, allow_non_durable: bool, where: str
+) -> ServerSettings:
+    """Refuse a server that would lose acknowledged flushes or mangle text.
+
+    Raises:
+        ConfigurationError: `synchronous_commit` or `fsync` is `off` (unless
+            `allow_non_durable`), or the database encoding is not UTF-8.
+    """
+    cur = await conn.execute(
+        "SELECT current_setting('synchronous_commit'), current_setting('fsync'), "
+        "current_setting('server_encoding')"
+    )
+    row = await cur.fetchone()
+    assert row is not None  # noqa: S101 - a SELECT without FROM returns one row
+    settings = ServerSettings(str(row[0]), str(row[1]), str(row[2]))
+    if settings.server_encoding.upper() not in ("UTF8", "UTF-8"):
+        raise ConfigurationError(
+            f"PostgreSQL database at {where} uses encoding "
+            f"{settings.server_encoding}; turnkeep stores Unicode session ids and "
+            "summaries and needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')"
+        )
+    problems: list[str] = []
+    if settings.synchronous_commit not in _DURABLE_COMMIT:
+        problems.append(f"synchronous_commit = {settings.synchronous_commit}")
+    if settings.fsync != "on":
+        problems.append(f"fsync = {settings.fsync}")
+    if problems:
+        what = " and ".join(problems)
+        if not allow_non_durable:
+            raise ConfigurationError(
+                f"PostgreSQL at {where} runs with {what}: a crash could lose "
+                "flushes turnkeep already acknowledged. Set synchronous_commit = "
+                "on (server, database, role or the DSN's options) or, for "
+                "throwaway data only, allow_non_durable = true"
+            )
+        log.warning(
+            "turnkeep-postgres: %s at %s; acknowledged flushes may be lost in a "
+            "crash (allow_non_durable is set)",
+            what,
+            where,
+        )
+    return settings
+
+
+async def configure_connection(
+    conn: AsyncConnection[Any],
+    *,
+    statement_timeout_ms: int,
+    lock_timeout_ms: int,
+    idle_in_transaction_timeout_ms: int,
+) -> None:
+    """Set this backend's timeouts on a new connection (session-wide)."""
+    await conn.execute(
+        "SELECT set_config('statement_timeout', %s, false), "
+        "set_config('lock_timeout', %s, false), "
+        "set_config('idle_in_transaction_session_timeout', %s, false)",
+        (
+            f"{statement_timeout_ms}ms",
+            f"{lock_timeout_ms}ms",
+            f"{idle_in_transaction_timeout_ms}ms",
+        ),
+    )

@@ -1,0 +1,165 @@
+"""Every SQL statement the backend runs, composed once per schema.
+
+Statements are built with `psycopg.sql` (the schema name is an `Identifier`,
+never text spliced into SQL), rendered to bytes once at open, and executed
+with bind parameters only. Rendering once keeps the hot path free of
+composition work, and identical bytes let psycopg prepare each statement on
+a connection after a few uses.
+
+The ownership rules live in the `WHERE` clauses here: a flush lands only if
+the row still names this instance as owner at the generation it took and the
+stored next seq equals the batch's first seq (compare-and-set, evaluated on
+the newest row version under its row lock, so two workers can never both
+pass it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, LiteralString
+
+import attrs
+from psycopg import AsyncConnection, sql
+
+__all__ = ["Queries"]
+
+_ROW: Final = "next_seq, generation, owner, format_version"
+_META: Final = "id, format_version, header::text, summary::text, updated_at, next_seq"
+_LEASE: Final = "now() + make_interval(secs => %(lease)s)"
+# A claim that is free to take: no owner, ours, or its lease ran out.
+_FREE: Final = "owner IS NULL OR owner = %(owner)s OR lease_until < now()"
+
+
+@attrs.frozen
+class Queries:
+    """The rendered statements for one schema (bytes, ready to execute)."""
+
+    select_row: bytes
+    append: bytes
+    create: bytes
+    claim: bytes
+    release: bytes
+    drop_claim: bytes
+    release_all: bytes
+    drop_all_claims: bytes
+    renew: bytes
+    update: bytes
+    delete: bytes
+    has: bytes
+    load_meta: bytes
+    load_events: bytes
+    list_first: bytes
+    list_after: bytes
+
+    @classmethod
+    async def render(cls, conn: AsyncConnection[Any], schema: str) -> Queries:
+        """Compose every statement for `schema` and render it with `conn`."""
+        ident = sql.Identifier(schema)
+        names: dict[str, sql.Composable] = {
+            "sessions": sql.SQL("{}.sessions").format(ident),
+            "events": sql.SQL("{}.events").format(ident),
+            "row": sql.SQL(_ROW),
+            "meta": sql.SQL(_META),
+            "lease": sql.SQL(_LEASE),
+            "free": sql.SQL(_FREE),
+        }
+        texts = _texts()
+        rendered: dict[str, bytes] = {}
+        for field in attrs.fields(cls):
+            composed = sql.SQL(texts[field.name]).format(**names)
+            rendered[field.name] = composed.as_bytes(conn)
+        return cls(**rendered)
+
+
+def _texts() -> dict[str, LiteralString]:
+    # `{name}` placeholders are filled by composition with table names and
+    # the fixed fragments above; every value is a bind parameter `%(name)s`.
+    return {
+        "select_row": "SELECT {row} FROM {sessions} WHERE id = %(id)s",
+        "append": (
+            "WITH landed AS ("
+            " UPDATE {sessions} SET next_seq = next_seq + %(count)s,"
+            " updated_at = GREATEST(updated_at, %(time)s),"
+            " lease_until = {lease}"
+            " WHERE id = %(id)s AND owner = %(owner)s AND generation = %(generation)s"
+            " AND next_seq = %(first)s AND format_version <= %(format)s"
+            " RETURNING id)"
+            " INSERT INTO {events} (session_id, seq, raw)"
+            " SELECT landed.id, %(first)s + e.n - 1, e.raw"
+            " FROM landed, unnest(%(raws)b::bytea[]) WITH ORDINALITY AS e(raw, n)"
+        ),
+        "create": (
+            "INSERT INTO {sessions} AS s (id, format_version, header, summary,"
+            " updated_at, next_seq, generation, owner, owner_info, lease_until)"
+            " VALUES (%(id)s, %(format)s, %(header)s::json, %(summary)s::json,"
+            " %(updated_at)s, 0, 1, %(owner)s, %(info)s, {lease})"
+            " ON CONFLICT (id) DO UPDATE SET format_version = EXCLUDED.format_version,"
+            " header = EXCLUDED.header, summary = EXCLUDED.summary,"
+            " updated_at = EXCLUDED.updated_at, generation = s.generation + 1,"
+            " owner = EXCLUDED.owner, owner_info = EXCLUDED.owner_info,"
+            " lease_until = EXCLUDED.lease_until"
+            " WHERE s.next_seq = 0 AND (s.owner IS NULL OR s.owner = EXCLUDED.owner"
+            " OR s.lease_until < now())"
+            " RETURNING generation"
+        ),
+        "claim": (
+            "UPDATE {sessions} SET"
+            " generation = CASE WHEN owner = %(owner)s THEN generation"
+            " ELSE generation + 1 END,"
+            " owner = %(owner)s, owner_info = %(info)s, lease_until = {lease}"
+            " WHERE id = %(id)s AND next_seq > 0 AND format_version <= %(format)s"
+            " AND (%(steal)s OR {free})"
+            " RETURNING generation"
+        ),
+        "release": (
+            "UPDATE {sessions} SET owner = NULL, owner_info = NULL, lease_until = NULL"
+            " WHERE id = %(id)s AND owner = %(owner)s AND next_seq > 0"
+        ),
+        "drop_claim": (
+            "DELETE FROM {sessions} WHERE id = %(id)s AND owner = %(owner)s"
+            " AND next_seq = 0"
+        ),
+        "release_all": (
+            "UPDATE {sessions} SET owner = NULL, owner_info = NULL, lease_until = NULL"
+            " WHERE owner = %(owner)s AND next_seq > 0"
+        ),
+        "drop_all_claims": (
+            "DELETE FROM {sessions} WHERE owner = %(owner)s AND next_seq = 0"
+        ),
+        "renew": (
+            "UPDATE {sessions} SET lease_until = {lease}"
+            " WHERE owner = %(owner)s RETURNING id"
+        ),
+        "update": (
+            "UPDATE {sessions} SET summary = %(summary)s::json,"
+            " updated_at = GREATEST(updated_at, %(updated_at)s)"
+            " WHERE id = %(id)s"
+            " AND (next_seq > 0 OR (%(pending)s AND owner = %(owner)s))"
+            " AND (NOT %(held)s OR (owner = %(owner)s"
+            " AND generation = %(generation)s))"
+            " RETURNING 1"
+        ),
+        "delete": (
+            "DELETE FROM {sessions} WHERE id = %(id)s AND next_seq > 0 RETURNING 1"
+        ),
+        "has": "SELECT 1 FROM {sessions} WHERE id = %(id)s AND next_seq > 0",
+        "load_meta": (
+            "SELECT {meta} FROM {sessions} WHERE id = %(id)s AND next_seq > 0"
+        ),
+        "load_events": (
+            "SELECT seq, CASE WHEN octet_length(raw) <= %(max)s THEN raw END,"
+            " octet_length(raw) FROM {events}"
+            " WHERE session_id = %(id)s AND seq < %(count)s ORDER BY seq"
+        ),
+        "list_first": (
+            "SELECT {meta} FROM {sessions} WHERE next_seq > 0"
+            " ORDER BY updated_at DESC, id LIMIT %(limit)s"
+        ),
+        # `updated_at <= u` bounds the index range; the second condition
+        # only filters the rows that tie on `u`.
+        "list_after": (
+            "SELECT {meta} FROM {sessions} WHERE next_seq > 0"
+            " AND updated_at <= %(updated_at)s"
+            " AND (updated_at < %(updated_at)s OR id > %(id)s)"
+            " ORDER BY updated_at DESC, id LIMIT %(limit)s"
+        ),
+    }

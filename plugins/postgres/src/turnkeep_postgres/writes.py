@@ -1,0 +1,386 @@
+"""The write operations: what the writer runs inside a group commit.
+
+Each function builds one `Op` (`create`, `append`, `claim`, ...). Checks that
+need no database come first; then one statement does the write and its
+compare-and-set together, and only when it changes nothing does a second
+statement read the row to say why (not found, newer format, fenced, locked,
+wrong seq). So a refusal never follows a write, and every refusal is a typed
+turnkeep error.
+
+`OwnerState` is the backend instance's view of what it owns. Only the writer
+task touches it, and every change registers an undo with the transaction, so
+a rolled-back operation leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final, NamedTuple, TypeVar
+
+import attrs
+import msgspec
+
+from turnkeep.codec import EventRecord
+from turnkeep.errors import (
+    EventTooLargeError,
+    SequenceError,
+    SessionExistsError,
+    SessionFencedError,
+    SessionLockedError,
+    SessionNotFoundError,
+    StorageError,
+    UnsupportedFormatError,
+)
+from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep_postgres.writer import Op, Tx
+
+__all__ = [
+    "OwnerState",
+    "append",
+    "claim",
+    "create",
+    "delete",
+    "release",
+    "release_all",
+    "renew",
+    "update",
+]
+
+V = TypeVar("V")
+_encode: Final = msgspec.json.Encoder().encode
+
+
+@attrs.define(eq=False)
+class OwnerState:
+    """What one backend instance owns (touched by its writer task only).
+
+    Attributes:
+        token: this instance's owner token (random, never reused).
+        info: host and pid, recorded beside the token for operators.
+        lease_s: the lease length in seconds.
+        max_event_bytes: the largest event `append` accepts.
+        held: the generation held, per session id.
+        pending: sessions created here and not flushed yet.
+    """
+
+    token: uuid.UUID
+    info: str
+    lease_s: float
+    max_event_bytes: int
+    held: dict[str, int] = attrs.field(factory=dict[str, int])
+    pending: set[str] = attrs.field(factory=set[str])
+
+    def hold(self, tx: Tx, session_id: str, generation: int | None) -> None:
+        """Record (or with `None`, forget) the generation held, undoably."""
+        had = session_id in self.held
+        previous = self.held.get(session_id, 0)
+        if generation is None:
+            self.held.pop(session_id, None)
+        else:
+            self.held[session_id] = generation
+
+        def undo() -> None:
+            if had:
+                self.held[session_id] = previous
+            else:
+                self.held.pop(session_id, None)
+
+        tx.on_rollback(undo)
+
+    def stage(self, tx: Tx, session_id: str, pending: bool) -> None:
+        """Mark (or unmark) a session as created here and not flushed, undoably."""
+        was = session_id in self.pending
+        if pending:
+            self.pending.add(session_id)
+        else:
+            self.pending.discard(session_id)
+        tx.on_rollback(
+            lambda: (self.pending.add if was else self.pending.discard)(session_id)
+        )
+
+
+class _Row(NamedTuple):
+    next_seq: int
+    generation: int
+    owner: uuid.UUID | None
+    format_version: int
+
+
+async def _row(tx: Tx, session_id: str) -> _Row | None:
+    cur = await tx.conn.execute(tx.queries.select_row, {"id": session_id})
+    found = await cur.fetchone()
+    return None if found is None else _Row(*found)
+
+
+def _not_found(session_id: str) -> SessionNotFoundError:
+    return SessionNotFoundError(f"no stored session {session_id!r}")
+
+
+def _newer(session_id: str, version: int) -> UnsupportedFormatError:
+    return UnsupportedFormatError(
+        f"session {session_id!r} has format version {version}; this turnkeep "
+        f"reads up to {FORMAT_VERSION}. Upgrade turnkeep to open it (nothing was "
+        "changed)."
+    )
+
+
+def _fenced(session_id: str) -> SessionFencedError:
+    return SessionFencedError(
+        f"session {session_id!r} was taken over by another worker; this instance "
+        "may no longer write it (nothing was written). Load it again to continue "
+        "from what the new owner wrote."
+    )
+
+
+def _locked(session_id: str, doing: str) -> SessionLockedError:
+    return SessionLockedError(
+        f"session {session_id!r} is being {doing} by another live worker (its lease "
+        "has not run out); take it over explicitly (claim with steal=True) if that "
+        "worker should stop"
+    )
+
+
+# -- create ------------------------------------------------------------------
+
+
+def create(state: OwnerState, meta: SessionMeta) -> Op[None]:
+    """Place an invisible claim row for a new session and hold it."""
+    session_id = meta.id
+
+    async def run(tx: Tx) -> None:
+        if session_id in state.pending:
+            raise SessionExistsError(f"session {session_id!r} already exists")
+        summary = msgspec.structs.replace(meta.summary, event_count=0)
+        cur = await tx.conn.execute(
+            tx.queries.create,
+            {
+                "id": session_id,
+                "format": meta.header.format_version,
+                "header": _encode(meta.header).decode(),
+                "summary": _encode(summary).decode(),
+                "updated_at": meta.summary.updated_at,
+                "owner": state.token,
+                "info": state.info,
+                "lease": state.lease_s,
+            },
+        )
+        row = await cur.fetchone()
+        if row is None:
+            stored = await _row(tx, session_id)
+            if stored is not None and stored.next_seq > 0:
+                raise SessionExistsError(f"session {session_id!r} already exists")
+            raise _locked(session_id, "created")
+        state.hold(tx, session_id, int(row[0]))
+        state.stage(tx, session_id, True)
+
+    return Op(run, session_id, clean=True, doing=f"creating session {session_id!r}")
+
+
+# -- append ------------------------------------------------------------------
+
+
+def _check_batch(
+    session_id: str, records: Sequence[EventRecord], max_bytes: int
+) -> None:
+    first = records[0].seq
+    for offset, record in enumerate(records):
+        if record.seq != first + offset:
+            raise SequenceError(
+                f"session {session_id!r}: batch is not contiguous at seq {record.seq}",
+                session_id=session_id,
+                expected=first + offset,
+                got=record.seq,
+            )
+        if len(record.raw) > max_bytes:
+            raise EventTooLargeError(
+                f"session {session_id!r}: event {record.type!r} (seq {record.seq}) "
+                f"is {len(record.raw)} bytes, over max_event_bytes ({max_bytes})",
+                event_type=record.type,
+            )
+
+
+def append(
+    state: OwnerState, session_id: str, records: Sequence[EventRecord]
+) -> Op[None]:
+    """Append one flush: a compare-and-set on owner, generation and next seq."""
+    if records:
+        _check_batch(session_id, records, state.max_event_bytes)
+    raws = [bytes(r.raw) for r in records]
+
+    async def run(tx: Tx) -> None:
+        generation = state.held.get(session_id)
+        if generation is None:
+            generation = await _take(tx, state, session_id, steal=False)
+        if not raws:
+            await _explain_append(tx, state, session_id, generation, None)
+            return
+        first = records[0].seq
+        cur = await tx.conn.execute(
+            tx.queries.append,
+            {
+                "id": session_id,
+                "owner": state.token,
+                "generation": generation,
+                "first": first,
+                "count": len(raws),
+                "time": records[-1].time,
+                "format": FORMAT_VERSION,
+                "lease": state.lease_s,
+                "raws": raws,
+            },
+        )
+        if cur.rowcount != len(raws):
+            await _explain_append(tx, state, session_id, generation, first)
+        if session_id in state.pending:
+            state.stage(tx, session_id, False)
+
+    # Taking the role first (an unclaimed session) writes before the
+    # compare-and-set may refuse: that needs a savepoint in a shared group.
+    clean = session_id in state.held
+    return Op(run, session_id, clean=clean, doing=f"appending to {session_id!r}")
+
+
+async def _explain_append(
+    tx: Tx, state: OwnerState, session_id: str, generation: int, first: int | None
+) -> None:
+    """Raise why an append cannot land (or return, for an empty one that may)."""
+    row = await _row(tx, session_id)
+    if row is None or (row.next_seq == 0 and session_id not in state.pending):
+        raise SessionNotFoundError(f"no session {session_id!r} to append to")
+    if row.format_version > FORMAT_VERSION:
+        raise _newer(session_id, row.format_version)
+    if row.owner != state.token or row.generation != generation:
+        raise _fenced(session_id)
+    if first is None:
+        return
+    if row.next_seq != first:
+        raise SequenceError(
+            f"session {session_id!r}: append starts at seq {first} but the stored "
+            f"log continues at {row.next_seq}",
+            session_id=session_id,
+            expected=row.next_seq,
+            got=first,
+        )
+    raise StorageError(  # pragma: no cover - every refusal is explained above
+        f"session {session_id!r}: the append did not land for no known reason; retry"
+    )
+
+
+# -- ownership -----------------------------------------------------------------
+
+
+async def _take(tx: Tx, state: OwnerState, session_id: str, *, steal: bool) -> int:
+    cur = await tx.conn.execute(
+        tx.queries.claim,
+        {
+            "id": session_id,
+            "owner": state.token,
+            "info": state.info,
+            "lease": state.lease_s,
+            "format": FORMAT_VERSION,
+            "steal": steal,
+        },
+    )
+    row = await cur.fetchone()
+    if row is None:
+        stored = await _row(tx, session_id)
+        if stored is None or stored.next_seq == 0:
+            raise _not_found(session_id)
+        if stored.format_version > FORMAT_VERSION:
+            raise _newer(session_id, stored.format_version)
+        raise _locked(session_id, "written")
+    generation = int(row[0])
+    state.hold(tx, session_id, generation)
+    return generation
+
+
+def claim(state: OwnerState, session_id: str, *, steal: bool) -> Op[None]:
+    """Take the writer role (bumping the generation unless already ours)."""
+
+    async def run(tx: Tx) -> None:
+        await _take(tx, state, session_id, steal=steal)
+
+    return Op(run, session_id, clean=True, doing=f"claiming {session_id!r}")
+
+
+def release(state: OwnerState, session_id: str) -> Op[None]:
+    """Give up the writer role; a never-flushed session leaves no row behind."""
+
+    async def run(tx: Tx) -> None:
+        params = {"id": session_id, "owner": state.token}
+        if session_id in state.pending:
+            await tx.conn.execute(tx.queries.drop_claim, params)
+        else:
+            await tx.conn.execute(tx.queries.release, params)
+        state.hold(tx, session_id, None)
+        state.stage(tx, session_id, False)
+
+    return Op(run, session_id, clean=True, doing=f"releasing {session_id!r}")
+
+
+def release_all(state: OwnerState) -> Op[None]:
+    """Release every session this instance holds; drop its unflushed claims."""
+
+    async def run(tx: Tx) -> None:
+        params = {"owner": state.token}
+        await tx.conn.execute(tx.queries.drop_all_claims, params)
+        await tx.conn.execute(tx.queries.release_all, params)
+        for session_id in list(state.held):
+            state.hold(tx, session_id, None)
+        for session_id in list(state.pending):
+            state.stage(tx, session_id, False)
+
+    return Op(run, None, clean=True, doing="releasing every session")
+
+
+def renew(state: OwnerState) -> Op[set[str]]:
+    """Extend the lease of every session this instance owns; return their ids."""
+
+    async def run(tx: Tx) -> set[str]:
+        cur = await tx.conn.execute(
+            tx.queries.renew, {"owner": state.token, "lease": state.lease_s}
+        )
+        return {str(row[0]) for row in await cur.fetchall()}
+
+    return Op(run, None, clean=True, doing="renewing leases")
+
+
+# -- metadata ------------------------------------------------------------------
+
+
+def update(state: OwnerState, session_id: str, summary: SessionSummary) -> Op[None]:
+    """Replace the summary; an owner that was taken over is fenced."""
+    stored = msgspec.structs.replace(summary, event_count=0)
+
+    async def run(tx: Tx) -> None:
+        generation = state.held.get(session_id)
+        params: dict[str, Any] = {
+            "id": session_id,
+            "summary": _encode(stored).decode(),
+            "updated_at": summary.updated_at,
+            "owner": state.token,
+            "pending": session_id in state.pending,
+            "held": generation is not None,
+            "generation": generation if generation is not None else 0,
+        }
+        cur = await tx.conn.execute(tx.queries.update, params)
+        if await cur.fetchone() is None:
+            row = await _row(tx, session_id)
+            if row is None or (row.next_seq == 0 and session_id not in state.pending):
+                raise _not_found(session_id)
+            raise _fenced(session_id)
+
+    return Op(run, session_id, clean=True, doing=f"updating {session_id!r}")
+
+
+def delete(state: OwnerState, session_id: str) -> Op[None]:
+    """Remove a stored session; its events go with it (`ON DELETE CASCADE`)."""
+
+    async def run(tx: Tx) -> None:
+        cur = await tx.conn.execute(tx.queries.delete, {"id": session_id})
+        if await cur.fetchone() is None:
+            raise _not_found(session_id)
+        state.hold(tx, session_id, None)
+
+    return Op(run, session_id, clean=True, doing=f"deleting {session_id!r}")

@@ -1,0 +1,181 @@
+"""Fixtures of the turnkeep-postgres tests: the server, schemas, locks, seeds.
+
+The server comes from `TURNKEEP_TEST_POSTGRES_DSN` (default: the machine's,
+`postgresql://postgres@127.0.0.1:5432/test`). Without one every test here
+skips, saying how to start it. Each test gets its own schema, dropped
+afterwards, so runs (and xdist workers) never see each other's rows.
+
+Server-crash tests stop the shared server. Every test of this directory
+holds a shared lock on a lock file while it runs; a crash test takes it
+exclusively, so it runs alone and the others wait (under xdist too), and it
+restarts the server before it lets go, also when it fails.
+
+Soak sizes run only when `TURNKEEP_SOAK=1` is set (or pytest was given a
+`--soak` option by a root conftest); otherwise `@pytest.mark.soak` tests skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import os
+import random
+import tempfile
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import pytest_asyncio
+from psycopg import sql
+
+from turnkeep_postgres import PostgresConfig, PostgresPersistence
+
+DSN = os.environ.get(
+    "TURNKEEP_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"
+)
+LOCK_FILE = Path(tempfile.gettempdir()) / "turnkeep-postgres-tests.lock"
+START_HINT = (
+    "no PostgreSQL server at TURNKEEP_TEST_POSTGRES_DSN "
+    f"({DSN.split('@')[-1]}); start the machine's server with "
+    "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` "
+    "or point TURNKEEP_TEST_POSTGRES_DSN at one"
+)
+
+_reachable: list[bool] = []
+_schemas = itertools.count()
+
+
+def server_up(timeout: int = 3) -> bool:
+    """Whether the test server accepts a connection now."""
+    try:
+        with psycopg.connect(DSN, connect_timeout=timeout, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def soak_enabled(config: pytest.Config) -> bool:
+    """Whether soak-sized runs were asked for."""
+    try:
+        flag = bool(config.getoption("--soak"))
+    except ValueError:
+        flag = False  # no root conftest defines --soak
+    return flag or os.environ.get("TURNKEEP_SOAK") == "1"
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if soak_enabled(config):
+        return
+    skip = pytest.mark.skip(reason="soak size: set TURNKEEP_SOAK=1 (make soak)")
+    here = Path(__file__).parent
+    for item in items:
+        if "soak" in item.keywords and here in Path(str(item.fspath)).parents:
+            item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def suite_lock(*, exclusive: bool) -> Generator[None]:
+    """Hold the lock file shared (normal tests) or exclusive (server crashes)."""
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@pytest.fixture(autouse=True)
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Skip without a server; hold the suite lock (shared unless `crash_server`)."""
+    exclusive = "crash_server" in request.fixturenames
+    with suite_lock(exclusive=exclusive):
+        if not _reachable:
+            _reachable.append(server_up())
+        if not _reachable[0] and not server_up():
+            pytest.skip(START_HINT)
+        _reachable[0] = True
+        yield
+
+
+def _drop(schema: str) -> None:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        )
+
+
+@pytest.fixture
+def schema(postgres_server: None) -> Iterator[str]:
+    """A fresh schema name for this test (dropped afterwards)."""
+    del postgres_server
+    name = f"tk_test_{os.getpid()}_{next(_schemas)}"
+    _drop(name)
+    yield name
+    with contextlib.suppress(psycopg.Error):
+        _drop(name)
+
+
+@pytest.fixture
+def pg_config(schema: str) -> Callable[..., PostgresConfig]:
+    """Build configurations for this test's schema (options override)."""
+
+    def build(**options: Any) -> PostgresConfig:
+        values: dict[str, Any] = {"dsn": DSN, "schema": schema}
+        values.update(options)
+        return PostgresConfig(**values)
+
+    return build
+
+
+@pytest_asyncio.fixture
+async def open_store(
+    pg_config: Callable[..., PostgresConfig],
+) -> AsyncIterator[Callable[..., PostgresPersistence]]:
+    """Open backends over this test's schema (closed at the end of the test)."""
+    opened: list[PostgresPersistence] = []
+
+    def open_one(**options: Any) -> PostgresPersistence:
+        backend = PostgresPersistence(pg_config(**options))
+        opened.append(backend)
+        return backend
+
+    yield open_one
+    for backend in reversed(opened):
+        with contextlib.suppress(Exception):
+            await backend.aclose()
+
+
+@pytest_asyncio.fixture
+async def store(open_store: Callable[..., PostgresPersistence]) -> PostgresPersistence:
+    """The test's first backend."""
+    return open_store()
+
+
+@pytest.fixture
+def raw_conn(schema: str) -> Iterator[Callable[[], psycopg.Connection[Any]]]:
+    """Open plain autocommit connections (search_path = the test schema)."""
+    conns: list[psycopg.Connection[Any]] = []
+
+    def connect() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(DSN, autocommit=True)
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conns.append(conn)
+        return conn
+
+    yield connect
+    for conn in conns:
+        conn.close()
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """A seeded random generator; the seed is printed for reproduction."""
+    seed = int(os.environ.get("TURNKEEP_SEED", random.randrange(2**32)))
+    print(f"\n[{request.node.nodeid}] seed={seed} (TURNKEEP_SEED={seed} to reproduce)")
+    return random.Random(seed)

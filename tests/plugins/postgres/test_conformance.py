@@ -1,0 +1,115 @@
+"""The core conformance kit, run against the PostgreSQL backend.
+
+Storage manipulation for the damage contracts:
+
+- `tear_tail`: what a worker crash in the middle of a flush leaves behind. A
+  second connection runs the flush's statements (events inserted, `next_seq`
+  moved) inside a transaction and is then killed by the server
+  (`pg_terminate_backend`) before it commits, as happens when a worker dies.
+- `damage_committed`: an acknowledged event row disappears (a damaged page,
+  a hand edit).
+- `write_newer_format` / `storage_digest`: the session row claims a newer
+  format; the digest covers every row of every table in the schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from turnkeep.conformance import MakeBackend, PersistenceContract
+from turnkeep.meta import FORMAT_VERSION
+from turnkeep_postgres import PostgresConfig, PostgresPersistence
+
+from .conftest import DSN
+
+pytestmark = pytest.mark.postgres
+
+
+def schema_digest(schema: str) -> bytes:
+    """sha256 over every row of every table in `schema`, in a stable order."""
+    digest = hashlib.sha256()
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = %s ORDER BY table_name",
+            (schema,),
+        ).fetchall()
+        for (table,) in tables:
+            rows = conn.execute(
+                sql.SQL("SELECT t::text FROM {}.{} t ORDER BY t::text").format(
+                    sql.Identifier(schema), sql.Identifier(table)
+                )
+            ).fetchall()
+            digest.update(f"{table}:{len(rows)}\n".encode())
+            for (row,) in rows:
+                digest.update(row.encode() + b"\n")
+    return digest.digest()
+
+
+class TestPostgresBackend(PersistenceContract):
+    supports_reopen = True
+    supports_multiple_processes = True
+    supports_tail_damage = True
+    supports_committed_damage = True
+    supports_format_aging = True
+
+    @pytest.fixture
+    def make_backend(self, pg_config: Callable[..., PostgresConfig]) -> MakeBackend:
+        # A long lease: no renewal runs inside a test to move `lease_until`
+        # while the format-version contract compares digests.
+        config = pg_config(lease_ms=600_000)
+        self.schema = config.schema
+        return lambda: PostgresPersistence(config)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(DSN, autocommit=True)
+        conn.execute(
+            sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
+        )
+        return conn
+
+    async def tear_tail(self, session_id: str) -> None:
+        with self._connect() as victim, self._connect() as killer:
+            pid = victim.info.backend_pid
+            victim.execute("BEGIN")
+            (next_seq,) = victim.execute(
+                "SELECT next_seq FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
+            ).fetchone() or (0,)
+            victim.execute(
+                "INSERT INTO events (session_id, seq, raw) "
+                "SELECT %s, %s + n, convert_to('{\"torn\":' || n || '}', 'UTF8') "
+                "FROM generate_series(0, 2) AS n",
+                (session_id, next_seq),
+            )
+            victim.execute(
+                "UPDATE sessions SET next_seq = next_seq + 3 WHERE id = %s",
+                (session_id,),
+            )
+            (killed,) = killer.execute(
+                "SELECT pg_terminate_backend(%s, 5000)", (pid,)
+            ).fetchone() or (False,)
+            assert killed, "the torn writer's connection was not terminated"
+            with pytest.raises(psycopg.OperationalError):
+                victim.execute("COMMIT")
+
+    async def damage_committed(self, session_id: str) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                "DELETE FROM events WHERE session_id = %s AND seq = 5", (session_id,)
+            )
+
+    async def write_newer_format(self, session_id: str) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE sessions SET format_version = %s WHERE id = %s",
+                (FORMAT_VERSION + 1, session_id),
+            )
+
+    async def storage_digest(self) -> bytes:
+        return schema_digest(self.schema)
