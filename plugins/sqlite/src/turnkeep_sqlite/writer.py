@@ -159,6 +159,9 @@ class Writer:
             except BaseException as exc:  # never leave a caller waiting forever
                 self._fail(group, StorageError(f"the SQLite writer crashed: {exc!r}"))
                 raise
+            # Do not keep the finished operations (and what their closures
+            # hold, such as the backend) alive while waiting for the next ones.
+            del group
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -1,0 +1,294 @@
+"""The SQLite backend's own behaviour beyond the conformance kit.
+
+Group commit (flushes that arrive together share one commit; a refusal in
+one fails only that flush), the event loop never waits for SQLite, reads and
+writes do not block each other, the list query is served by its index,
+crashed or dropped owners free their sessions, and the backend is selected by
+configuration alone (entry point, `[backends.sqlite]`, environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from turnkeep.config import Config, load_config
+from turnkeep.errors import (
+    InvalidCursorError,
+    SequenceError,
+    SessionFencedError,
+    SessionLockedError,
+)
+from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
+from turnkeep.host import Host
+from turnkeep.meta import ForkPoint, SessionHeader, SessionSummary
+from turnkeep_sqlite import SqliteConfig, SqlitePersistence, reads
+
+from .conftest import Worker, meta, turn_records
+
+
+async def _stored(store: SqlitePersistence, sid: str, turns: int = 1) -> int:
+    await store.create(meta(sid))
+    seq = 0
+    for n in range(turns):
+        records = turn_records(seq, n)
+        await store.append(sid, records)
+        seq += len(records)
+    return seq
+
+
+@pytest.mark.asyncio
+async def test_flushes_that_arrive_together_share_one_commit(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    ids = [f"s{n}" for n in range(32)]
+    for sid in ids:
+        await _stored(store, sid)
+    holder = raw_db()
+    holder.execute("BEGIN IMMEDIATE")  # the writer must wait: flushes pile up
+    before = store.writer_stats.groups
+    tasks = [asyncio.create_task(store.append(sid, turn_records(3, 1))) for sid in ids]
+    for _ in range(50):
+        await asyncio.sleep(0)  # the loop runs freely while SQLite is locked
+    assert not any(t.done() for t in tasks)  # nothing acknowledged before a commit
+    holder.execute("ROLLBACK")
+    await asyncio.gather(*tasks)
+    assert store.writer_stats.groups - before <= 2  # one commit, maybe a first one
+    assert store.writer_stats.largest_group >= 31
+    for sid in ids:
+        assert len((await store.load(sid)).events) == 6
+
+
+@pytest.mark.asyncio
+async def test_a_refused_flush_in_a_group_fails_alone(
+    open_store: Callable[..., SqlitePersistence],
+    raw_db: Callable[[], sqlite3.Connection],
+) -> None:
+    store = open_store()
+    thief = open_store()
+    for sid in ("good1", "good2", "badseq", "fenced", "toobig"):
+        await _stored(store, sid)
+    await thief.claim("fenced", steal=True)
+    holder = raw_db()
+    holder.execute("BEGIN IMMEDIATE")
+    tasks = {
+        "good1": store.append("good1", turn_records(3, 1)),
+        "badseq": store.append("badseq", turn_records(4, 1)),
+        "fenced": store.append("fenced", turn_records(3, 1)),
+        "good2": store.append("good2", turn_records(3, 1)),
+        "empty": store.append("good2", []),
+    }
+    running = {k: asyncio.create_task(v) for k, v in tasks.items()}
+    for _ in range(20):
+        await asyncio.sleep(0)
+    holder.execute("ROLLBACK")
+    results = dict(
+        zip(
+            running,
+            await asyncio.gather(*running.values(), return_exceptions=True),
+            strict=True,
+        )
+    )
+    assert isinstance(results["badseq"], SequenceError)
+    assert isinstance(results["fenced"], SessionFencedError)
+    assert results["good1"] is None
+    assert results["good2"] is None
+    assert len((await store.load("good1")).events) == 6
+    assert len((await store.load("good2")).events) == 6
+    assert len((await store.load("badseq")).events) == 3
+    assert len((await store.load("fenced")).events) == 3
+
+
+@pytest.mark.asyncio
+async def test_a_flush_cancelled_before_it_ran_writes_nothing(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    await _stored(store, "a")
+    await _stored(store, "b")
+    holder = raw_db()
+    holder.execute("BEGIN IMMEDIATE")
+    first = asyncio.create_task(store.append("a", turn_records(3, 1)))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    second = asyncio.create_task(store.append("b", turn_records(3, 1)))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    second.cancel()
+    holder.execute("ROLLBACK")
+    await first
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    # Either it was cancelled before the writer took it (nothing written),
+    # or the writer had it already and it landed whole: never half.
+    assert len((await store.load("b")).events) in (3, 6)
+
+
+@pytest.mark.asyncio
+async def test_reads_do_not_wait_for_the_write_lock(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    await _stored(store, "s", turns=3)
+    holder = raw_db()
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        assert len((await store.load("s")).events) == 9
+        assert [m.id for m in (await store.list()).items] == ["s"]
+        assert await store.has("s")
+    finally:
+        holder.execute("ROLLBACK")
+
+
+@pytest.mark.asyncio
+async def test_writes_do_not_wait_for_readers(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    await _stored(store, "s")
+    reader = raw_db()
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+    await store.append("s", turn_records(3, 1))  # while a read snapshot is open
+    assert reader.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+    reader.execute("COMMIT")
+    assert len((await store.load("s")).events) == 6
+
+
+@pytest.mark.asyncio
+async def test_the_list_query_is_served_by_its_index(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    for n in range(20):
+        await _stored(store, f"s{n}")
+    conn = raw_db()
+    conn.execute("ANALYZE")
+    for sql, args in (
+        (reads._LIST_FIRST, (10,)),
+        (reads._LIST_AFTER, (5, "s3", 10)),
+    ):
+        plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", args))
+        assert "sessions_recent" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+        assert "events" not in plan, plan
+
+
+@pytest.mark.asyncio
+async def test_paging_with_equal_timestamps_and_hostile_cursors(
+    open_store: Callable[..., SqlitePersistence],
+) -> None:
+    store = open_store()
+    store.clock = lambda: 5  # every session gets the same updated_at
+    store._state.clock = store.clock
+    ids = sorted(f"id-{n:02d}" for n in range(9))
+    for sid in ids:
+        await _stored(store, sid)
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await store.list(limit=4, cursor=cursor)
+        seen.extend(m.id for m in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ids
+    for bad in ("", "x" * 5000, "W10=", "WzEsMiwzXQ==", "\u2603"):
+        with pytest.raises(InvalidCursorError):
+            await store.list(cursor=bad)
+    with pytest.raises(ValueError, match="positive"):
+        await store.list(limit=0)
+
+
+@pytest.mark.asyncio
+async def test_a_created_but_never_flushed_session_leaves_no_row(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    await store.create(meta("pending"))
+    await store.update("pending", SessionSummary(title="early"))
+    await store.release("pending")
+    await store.create(meta("pending2"))
+    await store.aclose()
+    assert raw_db().execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+@pytest.mark.asyncio
+async def test_a_crashed_creator_does_not_block_the_id(
+    db_path: Path, store: SqlitePersistence, spawn_worker: Callable[..., Worker]
+) -> None:
+    worker = spawn_worker()
+    worker.call(op="open", path=str(db_path))
+    assert "error" not in worker.call(op="create", id="x")
+    with pytest.raises(SessionLockedError):
+        await store.create(meta("x"))  # the creator is alive
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.proc.wait()
+    await store.create(meta("x"))  # the creator is dead: its claim row is taken
+    await store.append("x", turn_records(0, 0))
+    assert len((await store.load("x")).events) == 3
+
+
+@pytest.mark.asyncio
+async def test_an_instance_dropped_without_closing_frees_its_sessions(
+    open_store: Callable[..., SqlitePersistence], db_path: Path
+) -> None:
+    other = open_store()
+    dropped = SqlitePersistence(SqliteConfig(path=db_path))
+    await _stored(dropped, "s")
+    with pytest.raises(SessionLockedError):
+        await other.claim("s")
+    del dropped
+    gc.collect()
+    await other.claim("s")  # same process, but that owner is gone
+
+
+def test_every_metadata_field_has_a_column() -> None:
+    # A field added to the metadata structs must get a column (and a
+    # migration); this fails until it does, instead of dropping it silently.
+    assert set(SessionHeader.__struct_fields__) == {
+        "id", "format_version", "created_at", "cwd", "parent",
+    }  # fmt: skip
+    assert set(ForkPoint.__struct_fields__) == {"session_id", "seq"}
+    assert set(SessionSummary.__struct_fields__) == {
+        "updated_at", "title", "first_prompt", "status", "event_count",
+    }  # fmt: skip
+
+
+@pytest.mark.asyncio
+async def test_selected_by_configuration_alone(tmp_path: Path) -> None:
+    path = tmp_path / "by-config" / "s.sqlite3"
+    config = Config(
+        persistence="sqlite",
+        plugins=("sqlite",),  # found through the `turnkeep` entry point
+        backends={"sqlite": {"path": str(path)}},
+    )
+    async with Host(config) as host:
+        assert isinstance(host.require_persistence(), SqlitePersistence)
+        session = host.sessions.create()
+        session.append(UserMessage, UserMessageData(text="hello"))
+        session.append(TurnEnd, TurnEndData(turn=1, status="completed"))
+        await session.flush()
+        expected = list(session.events)
+        sid = session.id
+    env = {"TURNKEEP_PERSISTENCE": "sqlite", "TURNKEEP_SQLITE__PATH": str(path)}
+    again = load_config(tmp_path, env=env, overrides={"plugins": ("sqlite",)})
+    async with Host(again) as host:
+        resumed = await host.sessions.resume(sid)
+        assert list(resumed.events) == expected
+    assert path.exists()
+
+
+@pytest.mark.asyncio
+async def test_the_parent_of_a_fork_round_trips(store: SqlitePersistence) -> None:
+    fork = meta("child")
+    fork = type(fork)(
+        header=SessionHeader(id="child", parent=ForkPoint(session_id="p", seq=7)),
+        summary=fork.summary,
+    )
+    await store.create(fork)
+    await store.append("child", turn_records(0, 0))
+    loaded = await store.load("child")
+    assert loaded.meta.header.parent == ForkPoint(session_id="p", seq=7)
