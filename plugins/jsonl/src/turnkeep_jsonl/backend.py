@@ -1,0 +1,225 @@
+"""`JsonlPersistence`: the `SessionPersistence` protocol over JSON-lines files.
+
+Owns the protocol's methods, this instance's sessions (created but not yet
+written; held for writing) and the threads. Every blocking call runs on a
+worker thread; calls on one session run one at a time (a lock per session,
+taken on the worker, so a cancelled caller cannot let two writes overlap),
+while different sessions flush concurrently. Reads (`load`, `has`, `list`)
+take no session lock and write nothing.
+
+Consumed by the host through the `jsonl` entry point (see `__init__`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import attrs
+
+from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
+from turnkeep.errors import SessionLockedError, TurnkeepError
+from turnkeep.ids import validate_session_id
+from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession, SessionPage
+
+from .config import JsonlConfig, default_path
+from .fileops import FileOps, OsFileOps
+from .format import SUFFIX_LEN
+from .listing import decode_cursor, page
+from .operations import Operations
+
+__all__ = ["JsonlPersistence"]
+
+T = TypeVar("T")
+
+_instances: weakref.WeakSet[JsonlPersistence] = weakref.WeakSet()
+_LINE_SLACK: Final = SUFFIX_LEN + 64
+
+
+@attrs.define(eq=False)
+class JsonlPersistence:
+    """A `SessionPersistence` keeping one append-only log file per session.
+
+    Args:
+        path: the store directory (default: the user data directory).
+        ops: the file-system calls (tests pass recording or faulty ones).
+        max_event_bytes: the largest event accepted, and so the longest line
+            `load` reads into memory (keep it at least the host's limit).
+        threads: worker threads for blocking I/O.
+
+    Nothing is read or written until the first call.
+    """
+
+    path: Path = attrs.field(factory=default_path, converter=Path)
+    ops: FileOps = attrs.field(factory=OsFileOps)
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    threads: int = 8
+    _impl: Operations = attrs.field(init=False)
+    _executor: ThreadPoolExecutor | None = attrs.field(init=False, default=None)
+    _locks: dict[str, threading.Lock] = attrs.field(
+        init=False, factory=dict[str, threading.Lock]
+    )
+    _mu: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _pid: int = attrs.field(init=False, factory=os.getpid)
+
+    def __attrs_post_init__(self) -> None:
+        self.path = Path(os.path.abspath(self.path))
+        self._impl = Operations(
+            path=self.path,
+            ops=self.ops,
+            max_event_bytes=self.max_event_bytes,
+            max_line=self.max_event_bytes + _LINE_SLACK,
+        )
+        _instances.add(self)
+
+    @classmethod
+    def from_config(cls, config: JsonlConfig | None) -> JsonlPersistence:
+        """Build the backend from its configuration (the host's factory)."""
+        config = config if config is not None else JsonlConfig()
+        return cls(
+            path=config.path if config.path is not None else default_path(),
+            max_event_bytes=config.max_event_bytes,
+            threads=config.threads,
+        )
+
+    # -- the protocol ----------------------------------------------------------
+
+    async def create(self, meta: SessionMeta) -> None:
+        """Register a new session and take its writer role (nothing on disk yet).
+
+        Raises:
+            SessionExistsError: the id is stored, or created here already.
+            SessionLockedError: another owner is creating or driving it.
+        """
+        session_id = validate_session_id(meta.id)
+        await self._locked(session_id, self._impl.create, meta)
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        """Durably persist one flush (all or nothing); see the protocol."""
+        session_id = validate_session_id(session_id)
+        await self._locked(session_id, self._impl.append, session_id, events)
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """Return the session's metadata and durable events (read-only)."""
+        session_id = validate_session_id(session_id)
+        return await self._run(self._impl.load, session_id)
+
+    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
+        """One page of stored sessions, newest first, from the catalog."""
+        if limit <= 0:
+            raise ValueError("limit must be positive")
+        after = decode_cursor(cursor) if cursor is not None else None
+        ordered = await self._run(self._impl.ordered)
+        return page(ordered, limit=limit, after=after)
+
+    async def has(self, session_id: str) -> bool:
+        """Whether a session is stored (has at least one durable flush)."""
+        session_id = validate_session_id(session_id)
+        return await self._run(self._impl.has, session_id)
+
+    async def delete(self, session_id: str) -> None:
+        """Remove a stored session and every file it owns.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+        """
+        session_id = validate_session_id(session_id)
+        await self._locked(session_id, self._impl.delete, session_id)
+
+    async def update(self, session_id: str, summary: SessionSummary) -> None:
+        """Replace the session's summary (the sidecar); never touches the log.
+
+        Raises:
+            SessionNotFoundError: the session was neither created nor stored.
+        """
+        session_id = validate_session_id(session_id)
+        await self._locked(session_id, self._impl.update, session_id, summary)
+
+    async def claim(self, session_id: str, *, steal: bool = False) -> None:
+        """Take the writer role for a stored session.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionLockedError: another live owner holds it and not `steal`.
+        """
+        session_id = validate_session_id(session_id)
+        await self._locked(session_id, self._impl.claim, session_id, steal)
+
+    async def release(self, session_id: str) -> None:
+        """Give up the writer role (no-op if not held)."""
+        session_id = validate_session_id(session_id)
+        await self._locked(session_id, self._impl.release, session_id)
+
+    async def aclose(self) -> None:
+        """Release every session, close every file, stop the threads.
+
+        Raises:
+            StorageError: a session could not be released cleanly (all the
+                others were; every file is closed anyway).
+        """
+        if self._executor is None:
+            return
+        errors: list[TurnkeepError] = []
+        for session_id in self._impl.session_ids():
+            try:
+                await self.release(session_id)
+            except TurnkeepError as exc:
+                errors.append(exc)
+        await self._run(self._impl.close)
+        executor, self._executor = self._executor, None
+        executor.shutdown(wait=False)  # every job has finished: threads just exit
+        if errors:
+            raise errors[0]
+
+    # -- threads ---------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if os.getpid() != self._pid:
+            raise SessionLockedError(
+                "this JsonlPersistence belongs to the parent process; a forked "
+                "child must open its own"
+            )
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.threads, thread_name_prefix="turnkeep-jsonl"
+            )
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, fn, *args
+        )
+
+    async def _locked(self, session_id: str, fn: Callable[..., T], *args: Any) -> T:
+        with self._mu:
+            lock = self._locks.get(session_id)
+            if lock is None:
+                lock = self._locks[session_id] = threading.Lock()
+
+        def job() -> T:
+            with lock:
+                return fn(*args)
+
+        return await self._run(job)
+
+    def after_fork_in_child(self) -> None:
+        """Drop the parent's descriptors in a forked child.
+
+        `flock` locks belong to the open file description, which a fork
+        shares: closing the child's copies lets the parent's `release` free
+        the session even while the child lives on.
+        """
+        self._executor = None
+        self._impl.forget_after_fork()
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_instances):
+        backend.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,288 @@
+"""The catalog: one small file that lists every session, so `list` opens no log.
+
+Owns `catalog.jsonl`, a journal of sealed lines: a head line, then `entry`
+lines (a session's header and summary, and whether a writer may be ahead of
+it: `open`) and `gone` lines; the last line about a name wins. Writers append
+under `catalog.lock` (an exclusive `flock`), fsynced, at the moments that
+matter: before a new log file appears, before a claimed session's first
+write, after a summary update by a non-owner, at release, at delete. Per flush
+nothing is written here, so a flush costs the catalog nothing; `list`
+re-reads an `open` session from its sidecar and the end of its log instead.
+
+The catalog is a cache of the files, never their master: when it is missing
+or its head is damaged, writers rebuild it from the files, and `list` reads
+the files directly until then (it never writes).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import zlib
+from itertools import repeat
+from operator import add, itemgetter
+from typing import Final, TypeAlias
+
+import attrs
+import msgspec
+
+from turnkeep.meta import SessionHeader, SessionSummary
+
+from .fileops import FileOps, write_all
+from .format import SUFFIX_LEN, seal, unseal
+from .names import CATALOG, CATALOG_LOCK, is_session_log
+from .store import Store
+from .summary import inspect_session, session_header
+
+__all__ = ["Catalog", "Entry", "Gone"]
+
+_VERSION: Final = 1
+_COMPACT_SLACK: Final = 256 * 1024
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Entry(msgspec.Struct, tag_field="mark", tag="entry", kw_only=True, gc=False):
+    """What the catalog knows of one session.
+
+    Attributes:
+        name: the session's file stem.
+        group: its group directory.
+        log: the random id of its log file (another incarnation: another id).
+        open: a writer may have moved it on since this line was written.
+        header: its header.
+        summary: its summary as of this line.
+    """
+
+    name: str
+    group: str
+    log: str
+    open: bool
+    header: SessionHeader
+    summary: SessionSummary
+
+
+class Gone(msgspec.Struct, tag_field="mark", tag="gone", kw_only=True, gc=False):
+    """The session `name` was deleted."""
+
+    name: str
+
+
+class _Head(msgspec.Struct, tag_field="mark", tag="catalog", kw_only=True):
+    format_version: int
+    base: int
+
+
+_Line: TypeAlias = Entry | Gone | _Head
+_encode: Final = msgspec.json.Encoder().encode
+_lines_decoder: Final = msgspec.json.Decoder(list[_Line])
+_line_decoder: Final = msgspec.json.Decoder(_Line)
+_cut: Final = itemgetter(slice(None, -SUFFIX_LEN))
+_hex: Final = itemgetter(slice(-10, -2))
+
+
+@attrs.define(eq=False)
+class Catalog:
+    """The catalog of one store.
+
+    Args:
+        store: the store.
+        ops: the file-system calls.
+    """
+
+    store: Store
+    ops: FileOps
+    _cache_key: tuple[int, int, int] | None = attrs.field(init=False, default=None)
+    _cache: dict[str, Entry] = attrs.field(init=False, factory=dict[str, Entry])
+
+    # -- reading -------------------------------------------------------------
+
+    def read(self) -> dict[str, Entry] | None:
+        """Every session the catalog lists, by stem; `None` if it is unusable.
+
+        Raises:
+            OSError: the catalog exists but cannot be read.
+        """
+        root = self.store.root(create=False)
+        if root is None:
+            return {}
+        try:
+            fd = self.ops.open(CATALOG, _READ_FLAGS, dir_fd=root)
+        except FileNotFoundError:
+            return None
+        try:
+            st = self.ops.fstat(fd)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if key == self._cache_key:
+                return self._cache
+            data = _read_all(self.ops, fd, st.st_size)
+        finally:
+            self.ops.close(fd)
+        entries = _parse(data)
+        if entries is not None:
+            self._cache_key, self._cache = key, entries
+        return entries
+
+    def scan_files(self) -> dict[str, Entry]:
+        """Rebuild the listing from the session files themselves.
+
+        Raises:
+            OSError: a directory or file cannot be read.
+        """
+        entries: dict[str, Entry] = {}
+        for group, fd in self.store.groups().items():
+            for filename in self.ops.listdir(fd):
+                stem = is_session_log(filename)
+                if stem is None:
+                    continue
+                found = inspect_session(self.ops, fd, stem)
+                if found is None:
+                    continue
+                entries[stem] = Entry(
+                    name=stem,
+                    group=group,
+                    log=found.header.log,
+                    open=not found.released,
+                    header=session_header(found.header),
+                    summary=found.summary,
+                )
+        return entries
+
+    # -- writing -------------------------------------------------------------
+
+    def append(self, *items: Entry | Gone) -> None:
+        """Durably append lines, rebuilding or compacting the file as needed.
+
+        Raises:
+            OSError: the catalog could not be written.
+        """
+        root = self.store.root(create=True)
+        assert root is not None  # noqa: S101 - create=True never returns None
+        ops = self.ops
+        lock = ops.open(
+            CATALOG_LOCK,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=root,
+        )
+        try:
+            ops.fchmod(lock, 0o600)
+            ops.flock(lock, fcntl.LOCK_EX)
+            self._append_locked(root, items)
+        finally:
+            ops.close(lock)  # closing drops the flock
+
+    def _append_locked(self, root: int, items: tuple[Entry | Gone, ...]) -> None:
+        ops = self.ops
+        data = b"".join([seal(_encode(item)) for item in items])
+        try:
+            fd = ops.open(
+                CATALOG, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root
+            )
+        except FileNotFoundError:
+            self._snapshot(root, self.scan_files(), items)
+            return
+        try:
+            st = ops.fstat(fd)
+            head = _head(ops.pread(fd, 4096, 0))
+            if head is None:
+                ops.close(fd)
+                fd = -1
+                self._snapshot(root, self.scan_files(), items)
+                return
+            write_all(ops, fd, data, st.st_size)
+            ops.fsync(fd)
+            grown = st.st_size + len(data)
+            if grown > 2 * head.base + _COMPACT_SLACK:
+                entries = _parse(_read_all(ops, fd, grown))
+                ops.close(fd)
+                fd = -1
+                self._snapshot(root, entries or self.scan_files(), ())
+        finally:
+            if fd >= 0:
+                ops.close(fd)
+
+    def _snapshot(
+        self,
+        root: int,
+        entries: dict[str, Entry],
+        items: tuple[Entry | Gone, ...],
+    ) -> None:
+        """Write a fresh catalog holding `entries` with `items` applied."""
+        entries = dict(entries)
+        for item in items:
+            _apply(entries, item)
+        body = b"".join([seal(_encode(e)) for e in entries.values()])
+        head = seal(_encode(_Head(format_version=_VERSION, base=0)))
+        base = len(head) + len(body) + 32  # the head line grows with `base`
+        data = seal(_encode(_Head(format_version=_VERSION, base=base))) + body
+        self.store.write_atomic(root, CATALOG, data)
+
+
+def _read_all(ops: FileOps, fd: int, size: int) -> bytes:
+    parts: list[bytes] = []
+    offset = 0
+    while offset < size:
+        part = ops.pread(fd, size - offset, offset)
+        if not part:
+            break
+        parts.append(part)
+        offset += len(part)
+    return b"".join(parts)
+
+
+def _head(data: bytes) -> _Head | None:
+    newline = data.find(b"\n")
+    if newline < 0:
+        return None
+    body = unseal(data[:newline])
+    if body is None:
+        return None
+    try:
+        head = _line_decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not isinstance(head, _Head) or head.format_version > _VERSION:
+        return None
+    return head
+
+
+def _apply(entries: dict[str, Entry], item: Entry | Gone | _Head) -> None:
+    if isinstance(item, Entry):
+        entries[item.name] = item
+    elif isinstance(item, Gone):
+        entries.pop(item.name, None)
+
+
+def _parse(data: bytes) -> dict[str, Entry] | None:
+    """Fold a catalog's lines; `None` when its head is unusable."""
+    if _head(data) is None:
+        return None
+    lines = data.split(b"\n")
+    lines.pop()  # a torn last line (a crash mid-append) is dropped with it
+    good = _intact(lines[1:])
+    entries: dict[str, Entry] = {}
+    try:
+        decoded = _lines_decoder.decode(b"[" + b",".join(good) + b"]")
+    except (msgspec.DecodeError, RecursionError):
+        decoded: list[_Line] = []
+        for line in good:
+            try:
+                decoded.append(_line_decoder.decode(line))
+            except (msgspec.DecodeError, RecursionError):
+                continue  # sealed yet not ours (another version): skipped
+    for item in decoded:
+        _apply(entries, item)
+    return entries
+
+
+def _intact(lines: list[bytes]) -> list[bytes]:
+    """The lines whose checksum holds (vectorised; damaged ones dropped)."""
+    try:
+        computed = list(map(zlib.crc32, map(add, map(_cut, lines), repeat(b"}"))))
+        stored = list(map(int, map(_hex, lines), repeat(16)))
+    except ValueError:
+        return [line for line in lines if unseal(line) is not None]
+    if computed == stored:
+        return lines
+    return [line for line, a, b in zip(lines, computed, stored, strict=True) if a == b]

@@ -1,0 +1,294 @@
+"""Claiming a stored session: validate, repair the tail (R5), open an epoch (R9).
+
+Owns the first write after a load. The log is scanned under the lock; bytes
+after its last valid unit are copied to a 0600 quarantine file and made
+durable before anything is cut; then an owner line opens a new epoch.
+
+Where the previous owner may still be alive (a forced takeover, or a lock
+file someone removed while its owner ran), the log is not appended to in
+place: its valid part and the new owner line go to a new file that is
+renamed over the log. The old owner's descriptor then points at an orphan, so
+a write it was about to make cannot interleave with ours, and its identity
+check fails before its next flush is acknowledged.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Final
+
+from turnkeep.errors import (
+    SessionCorruptError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
+from turnkeep.meta import SessionSummary
+
+from .fileops import write_all
+from .format import Owner, encode_owner
+from .handle import (
+    BOOT,
+    HOST,
+    Handle,
+    check_watermark,
+    close,
+    fence,
+    is_live,
+    poison,
+    scan_log,
+)
+from .names import LOG_SUFFIX, QUARANTINE_DIR, quarantine_name, temp_name
+from .scan import CHUNK, ScanResult, ScanState
+from .store import NEW_FILE_FLAGS, Store, storage_error
+from .summary import read_sidecar
+
+__all__ = ["open_stored", "quarantine", "reconcile", "take_epoch"]
+
+_LOG_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+_REWRITE_ROUNDS: Final = 8
+
+
+def open_stored(
+    store: Store, session_id: str, stem: str, lock_fd: int, *, max_line: int
+) -> tuple[Handle, ScanResult]:
+    """Open and validate a stored session's log (no write yet).
+
+    Returns a handle that holds no epoch yet, and what the scan found;
+    `take_epoch` finishes the claim once the catalog knows it is open.
+
+    Raises:
+        SessionNotFoundError: there is no such log.
+        SessionCorruptError, UnsupportedFormatError: see `scan`; also when the
+            sidecar proves a flush was acknowledged that the log lost.
+        StorageError: the log cannot be read.
+    """
+    ops = store.ops
+    found = store.find(stem)
+    if found is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r} to claim")
+    group, gfd = found
+    try:
+        fd = ops.open(stem + LOG_SUFFIX, _LOG_FLAGS, dir_fd=gfd)
+    except FileNotFoundError as exc:
+        raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
+    except OSError as exc:
+        raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+    try:
+        st = ops.fstat(fd)
+        result = scan_log(
+            ops, fd, st.st_size, session_id=session_id, collect=False, max_line=max_line
+        )
+        sidecar = read_sidecar(ops, gfd, stem, result.header)
+        check_watermark(result, sidecar)
+    except BaseException as exc:
+        ops.close(fd)
+        if isinstance(exc, OSError):
+            raise storage_error(f"cannot read the log of {session_id!r}", exc) from exc
+        raise
+    handle = Handle(
+        stem=stem,
+        group=group,
+        gfd=gfd,
+        fd=fd,
+        lock_fd=lock_fd,
+        header=result.header,
+        state=result.state,
+        end=result.end,
+        summary=sidecar.summary if sidecar is not None else SessionSummary(),
+        watermark=sidecar.flush if sidecar is not None else 0,
+        dev=st.st_dev,
+        ino=st.st_ino,
+    )
+    return handle, result
+
+
+def take_epoch(
+    store: Store, handle: Handle, result: ScanResult, *, stolen: bool, max_line: int
+) -> None:
+    """Cut the tail and open a new owner epoch (in place, or in a new file).
+
+    Raises:
+        StorageError: a step failed; the handle is closed.
+        SessionLockedError: the old owner kept writing through a takeover.
+    """
+    try:
+        if stolen or _maybe_alive(handle, result):
+            _rewrite(store, handle, result, max_line)
+        else:
+            _in_place(store, handle, result)
+        handle.track(store.ops)
+    except OSError as exc:
+        close(store.ops, handle)
+        raise storage_error("cannot claim the session", exc) from exc
+    except BaseException:
+        close(store.ops, handle)
+        raise
+
+
+def reconcile(store: Store, handle: Handle, size: int, *, max_line: int) -> None:
+    """Deal with a held log whose size is not what this handle wrote.
+
+    Bytes after our last unit that form no valid unit are a torn tail (a
+    crash of whatever wrote them, or plain damage): they are quarantined and
+    cut, as on a claim (R5). Valid units we did not write mean another writer
+    took the log over without us noticing: fenced.
+
+    Raises:
+        SessionFencedError: someone else wrote or cut valid data.
+        SessionCorruptError: the log is damaged before our end.
+        StorageError: the repair failed (the handle is poisoned).
+    """
+    ops = store.ops
+    if size < handle.end:
+        raise fence(handle, "its log was cut short by another writer")
+    try:
+        result = scan_log(
+            ops,
+            handle.fd,
+            size,
+            session_id=handle.header.id,
+            collect=False,
+            max_line=max_line,
+        )
+    except SessionCorruptError as exc:
+        handle.failure = exc
+        raise
+    except OSError as exc:
+        raise poison(handle, exc, "reading its log") from exc
+    if result.end != handle.end or result.state.flush != handle.state.flush:
+        raise fence(handle, "its log was extended by another writer")
+    try:
+        quarantine(store, handle.stem, handle.fd, result.end, size)
+        ops.ftruncate(handle.fd, result.end)
+    except OSError as exc:
+        raise poison(handle, exc, "cutting a torn tail") from exc
+
+
+def _maybe_alive(handle: Handle, result: ScanResult) -> bool:
+    """Whether the last owner might still be writing (then never append in place)."""
+    owner = result.state.owner
+    if owner is None or result.state.released:
+        return False
+    if owner.host != HOST or owner.boot != BOOT or not BOOT:
+        return True  # cannot tell: assume it lives and take the safe path
+    if owner.pid == os.getpid():
+        return is_live(handle.dev, handle.ino)
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, under another user
+    return True
+
+
+def _next_owner(state: ScanState) -> bytes:
+    owner = Owner(
+        flush=state.flush + 1,
+        epoch=state.epoch + 1,
+        seq=state.seq,
+        time=state.time,
+        pid=os.getpid(),
+        host=HOST,
+        boot=BOOT,
+    )
+    state.accept(owner, 0, b"")
+    return encode_owner(owner)
+
+
+def _in_place(store: Store, handle: Handle, result: ScanResult) -> None:
+    ops = store.ops
+    if result.tail:
+        quarantine(store, handle.stem, handle.fd, result.end, result.size)
+        ops.ftruncate(handle.fd, result.end)
+    line = _next_owner(handle.state)
+    write_all(ops, handle.fd, line, result.end)
+    ops.fsync(handle.fd)  # covers the truncation too
+    handle.end = result.end + len(line)
+
+
+def _rewrite(store: Store, handle: Handle, result: ScanResult, max_line: int) -> None:
+    """Copy the valid log into a new file opening our epoch; rename it in.
+
+    A write the old owner made while we copied shows as growth of the old
+    inode after our rename; then the copy is redone from the grown file (the
+    old owner cannot acknowledge anything after the rename, so this ends).
+    """
+    ops = store.ops
+    old = handle.fd
+    name = handle.stem + LOG_SUFFIX
+    new = -1
+    line = b""
+    try:
+        for _ in range(_REWRITE_ROUNDS):
+            if result.tail:
+                quarantine(store, handle.stem, old, result.end, result.size)
+            line = _next_owner(result.state)
+            tmp = temp_name(handle.stem, LOG_SUFFIX, ops.token())
+            fd = ops.open(tmp, os.O_RDWR | NEW_FILE_FLAGS, 0o600, dir_fd=handle.gfd)
+            try:
+                ops.fchmod(fd, 0o600)
+                _copy(store, old, fd, 0, result.end)
+                write_all(ops, fd, line, result.end)
+                ops.fsync(fd)
+                ops.replace(tmp, name, dir_fd=handle.gfd)
+            except BaseException:
+                ops.close(fd)
+                store.discard(handle.gfd, tmp)
+                raise
+            if new >= 0:
+                ops.close(new)
+            new = fd
+            ops.fsync_dir(handle.gfd)
+            grown = ops.fstat(old).st_size
+            if grown == result.size:
+                break
+            result = scan_log(
+                ops,
+                old,
+                grown,
+                session_id=handle.header.id,
+                collect=False,
+                max_line=max_line,
+            )
+        else:
+            raise SessionLockedError(
+                f"session {handle.header.id!r}: the previous owner kept writing "
+                "during the takeover"
+            )
+    except BaseException:
+        if new >= 0:
+            ops.close(new)
+        raise
+    ops.close(old)
+    handle.fd = new
+    handle.state = result.state
+    handle.end = result.end + len(line)
+
+
+def quarantine(store: Store, stem: str, fd: int, start: int, end: int) -> None:
+    """Copy the bytes `[start, end)` of a log into a new 0600 file, durably (R5)."""
+    ops = store.ops
+    qdir = store.subdir(QUARANTINE_DIR, create=True)
+    assert qdir is not None  # noqa: S101 - create=True never returns None
+    name = quarantine_name(stem, start, ops.token())
+    q = ops.open(name, os.O_WRONLY | NEW_FILE_FLAGS, 0o600, dir_fd=qdir)
+    try:
+        ops.fchmod(q, 0o600)
+        _copy(store, fd, q, start, end)
+        ops.fsync(q)
+    finally:
+        ops.close(q)
+    ops.fsync_dir(qdir)
+
+
+def _copy(store: Store, src: int, dst: int, start: int, end: int) -> None:
+    """Copy `[start, end)` of `src` to the start of `dst`."""
+    offset = start
+    while offset < end:
+        data = store.ops.pread(src, min(CHUNK, end - offset), offset)
+        if not data:
+            raise OSError(errno.EIO, "the file ended while being copied")
+        write_all(store.ops, dst, data, offset - start)
+        offset += len(data)

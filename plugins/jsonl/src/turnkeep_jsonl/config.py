@@ -1,0 +1,47 @@
+"""Configuration of the `jsonl` backend: `[backends.jsonl]` / `TURNKEEP_JSONL__*`.
+
+Owns `JsonlConfig`, the attrs class the host structures the backend's
+options into, and the default store location (the platform's user data
+directory, via `platformdirs`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import platformdirs
+
+from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
+
+__all__ = ["JsonlConfig", "default_path"]
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value}")
+
+
+def default_path() -> Path:
+    """The default store directory: `<user data dir>/turnkeep/sessions`."""
+    return Path(platformdirs.user_data_dir("turnkeep", appauthor=False)) / "sessions"
+
+
+@attrs.frozen
+class JsonlConfig:
+    """Options of the `jsonl` backend.
+
+    Attributes:
+        path: the store directory (created 0700 if missing). Default: the
+            user data directory, e.g. `~/.local/share/turnkeep/sessions`.
+        max_event_bytes: the largest stored event accepted; must be at least
+            the host's `max_event_bytes` (it also bounds what `load` reads
+            into memory for one line).
+        threads: worker threads running the blocking file I/O.
+    """
+
+    path: Path | None = None
+    max_event_bytes: int = attrs.field(
+        default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
+    )
+    threads: int = attrs.field(default=8, validator=_positive)

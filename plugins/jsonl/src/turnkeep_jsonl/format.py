@@ -1,0 +1,280 @@
+"""The bytes of format version 1: lines, their checksums, the sidecar.
+
+Owns the encoding of every line the backend writes and the typed decoders
+that read them back (`docs/formats/jsonl.md` is the prose version). Every
+line is one JSON object ending in a checksum field, `"crc":"<8 hex>"`: the
+CRC-32 (zlib's) of the line as it would read without that field. For an event
+line that is exactly the event's stored bytes, so the bytes core gave the
+backend come back verbatim by cutting the field out again.
+
+Non-event lines start with `{"mark":"`; an event whose bytes would also start
+that way is refused at append, so the two kinds never mix up.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+from typing import Final, TypeAlias
+
+import msgspec
+
+from turnkeep.codec import EventRecord
+from turnkeep.meta import ForkPoint, SessionSummary
+
+__all__ = [
+    "FORMAT_NAME",
+    "MARK",
+    "MAX_CONTROL_BYTES",
+    "MAX_HEADER_BYTES",
+    "SUFFIX_LEN",
+    "Commit",
+    "Control",
+    "Header",
+    "Owner",
+    "Release",
+    "Sidecar",
+    "bad_event_reason",
+    "decode_control",
+    "decode_controls",
+    "decode_header",
+    "decode_sidecar",
+    "encode_commit",
+    "encode_event_lines",
+    "encode_header",
+    "encode_owner",
+    "encode_release",
+    "encode_sidecar",
+    "event_seq",
+    "probe_header",
+    "seal",
+    "unseal",
+]
+
+FORMAT_NAME: Final = "turnkeep-jsonl"
+MARK: Final = b'{"mark":"'
+SUFFIX_LEN: Final = 18
+"""Length of `,"crc":"xxxxxxxx"}`, the tail every line ends with."""
+MAX_HEADER_BYTES: Final = 64 * 1024
+MAX_CONTROL_BYTES: Final = 8 * 1024
+
+_CRC_KEY: Final = b',"crc":"'
+_HEX8: Final = re.compile(rb"[0-9a-f]{8}")
+
+
+class Header(msgspec.Struct, tag_field="mark", tag="header", kw_only=True):
+    """The first line: what never changes about the session and its log file."""
+
+    format: str
+    format_version: int
+    id: str
+    log: str
+    created_at: int
+    cwd: str | None = None
+    parent: ForkPoint | None = None
+
+
+class Owner(msgspec.Struct, tag_field="mark", tag="owner", kw_only=True, gc=False):
+    """A writer took the session: opens owner epoch `epoch` (a one-line unit)."""
+
+    flush: int
+    epoch: int
+    seq: int
+    time: int
+    pid: int
+    host: str
+    boot: str
+
+
+class Release(msgspec.Struct, tag_field="mark", tag="release", kw_only=True, gc=False):
+    """The owner of `epoch` let the session go cleanly (a one-line unit)."""
+
+    flush: int
+    epoch: int
+    seq: int
+    time: int
+
+
+class Commit(msgspec.Struct, tag_field="mark", tag="commit", kw_only=True, gc=False):
+    """Closes a flush: the `n` event lines right before it, `len` bytes long."""
+
+    flush: int
+    epoch: int
+    seq: int
+    time: int
+    n: int
+    len: int
+    fcrc: str
+
+
+Control: TypeAlias = Owner | Release | Commit
+
+
+class Sidecar(msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True):
+    """The summary file: mutable metadata plus the durable watermark."""
+
+    format_version: int
+    id: str
+    log: str
+    flush: int
+    seq: int
+    summary: SessionSummary
+
+
+class _Probe(msgspec.Struct):
+    mark: str = ""
+    format_version: int = 0
+
+
+class _Seq(msgspec.Struct):
+    seq: int
+
+
+_encode: Final = msgspec.json.Encoder().encode
+_header_decoder: Final = msgspec.json.Decoder(Header)
+_probe_decoder: Final = msgspec.json.Decoder(_Probe)
+_seq_decoder: Final = msgspec.json.Decoder(_Seq)
+_control_decoder: Final = msgspec.json.Decoder(Control)
+_controls_decoder: Final = msgspec.json.Decoder(list[Control])
+_sidecar_decoder: Final = msgspec.json.Decoder(Sidecar)
+_DECODE_ERRORS: Final = (msgspec.DecodeError, RecursionError, ValueError)
+
+
+def seal(body: bytes) -> bytes:
+    """`body` (a JSON object) as a line: its checksum field added, newline ended."""
+    return b'%b,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
+
+
+def unseal(line: bytes) -> bytes | None:
+    """The object a line (without its newline) seals, or `None` if damaged."""
+    if (
+        len(line) < SUFFIX_LEN + 2
+        or line[-SUFFIX_LEN:-10] != _CRC_KEY
+        or line[-2:] != b'"}'
+        or not _HEX8.fullmatch(line, len(line) - 10, len(line) - 2)
+    ):
+        return None
+    body = line[:-SUFFIX_LEN] + b"}"
+    return body if zlib.crc32(body) == int(line[-10:-2], 16) else None
+
+
+def bad_event_reason(raw: bytes) -> str | None:
+    """Why `raw` cannot be stored as an event line, or `None` if it can."""
+    if not (raw.startswith(b'{"') and raw.endswith(b"}")):
+        return "its bytes are not a JSON object"
+    if b"\n" in raw:
+        return "its bytes contain a raw newline"
+    if raw.startswith(MARK):
+        return 'its bytes start like a control line ({"mark":...)'
+    return None
+
+
+def encode_event_lines(records: Sequence[EventRecord]) -> bytes:
+    """The event lines of one flush (each record's bytes plus its checksum)."""
+    crc32 = zlib.crc32
+    return b"".join(
+        [b'%b,"crc":"%08x"}\n' % (r.raw[:-1], crc32(r.raw)) for r in records]
+    )
+
+
+def encode_header(header: Header) -> bytes:
+    """The header line."""
+    return seal(_encode(header))
+
+
+def encode_owner(owner: Owner) -> bytes:
+    """An owner line."""
+    return seal(_encode(owner))
+
+
+def encode_release(release: Release) -> bytes:
+    """A release line."""
+    return seal(_encode(release))
+
+
+def encode_commit(
+    *, flush: int, epoch: int, seq: int, time: int, region: bytes, n: int
+) -> bytes:
+    """The commit line closing a flush whose event lines are `region`."""
+    commit = Commit(
+        flush=flush,
+        epoch=epoch,
+        seq=seq,
+        time=time,
+        n=n,
+        len=len(region),
+        fcrc=f"{zlib.crc32(region):08x}",
+    )
+    return seal(_encode(commit))
+
+
+def encode_sidecar(sidecar: Sidecar) -> bytes:
+    """The sidecar file's only line."""
+    return seal(_encode(sidecar))
+
+
+def probe_header(line: bytes) -> tuple[str, int] | None:
+    """`(mark, format_version)` of a first line, read leniently (no checksum).
+
+    Used before anything else so that a newer format, whose layout this code
+    cannot know, is refused rather than reported as damage.
+    """
+    try:
+        probe = _probe_decoder.decode(line)
+    except _DECODE_ERRORS:
+        return None
+    return probe.mark, probe.format_version
+
+
+def decode_header(line: bytes) -> Header | None:
+    """The header of a first line (without newline), or `None` if damaged."""
+    body = unseal(line)
+    if body is None:
+        return None
+    try:
+        return _header_decoder.decode(body)
+    except _DECODE_ERRORS:
+        return None
+
+
+def decode_control(line: bytes) -> Control | None:
+    """The control record of a line (without newline), or `None` if damaged."""
+    if len(line) > MAX_CONTROL_BYTES:
+        return None
+    body = unseal(line)
+    if body is None:
+        return None
+    try:
+        return _control_decoder.decode(body)
+    except _DECODE_ERRORS:
+        return None
+
+
+def decode_controls(lines: list[bytes]) -> list[Control] | None:
+    """Decode many control lines at once (checksums not checked), or `None`."""
+    try:
+        return _controls_decoder.decode(b"[" + b",".join(lines) + b"]")
+    except _DECODE_ERRORS:
+        return None
+
+
+def decode_sidecar(data: bytes) -> Sidecar | None:
+    """The sidecar in a file's bytes, or `None` if missing, torn or damaged."""
+    if not data.endswith(b"\n") or data.count(b"\n") != 1:
+        return None
+    body = unseal(data[:-1])
+    if body is None:
+        return None
+    try:
+        return _sidecar_decoder.decode(body)
+    except _DECODE_ERRORS:
+        return None
+
+
+def event_seq(raw: bytes) -> int | None:
+    """The `seq` of an event's bytes, or `None` if they are not an event."""
+    try:
+        return _seq_decoder.decode(raw).seq
+    except _DECODE_ERRORS:
+        return None

@@ -1,0 +1,352 @@
+"""The blocking side of `JsonlPersistence`: each protocol method, on a thread.
+
+Owns this instance's sessions (`Pending` ones, created but without a file
+yet; held ones, open for writing) and orchestrates the pieces: locks, the
+catalog, the writer, claims, reads. Write methods run under the session's
+lock (taken by the backend); read methods touch no session state but the
+`failure` of a held handle, which `load` sets when it finds damage.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import msgspec
+
+from turnkeep.codec import EventRecord
+from turnkeep.errors import (
+    EventRejectedError,
+    EventTooLargeError,
+    SequenceError,
+    SessionCorruptError,
+    SessionExistsError,
+    SessionFencedError,
+    SessionNotFoundError,
+    StorageError,
+    TurnkeepError,
+    UnsupportedFormatError,
+)
+from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession
+
+from .catalog import Catalog, Entry
+from .claim import open_stored, take_epoch
+from .fileops import FileOps
+from .format import bad_event_reason
+from .handle import Handle, Pending, close, poison, write_sidecar
+from .listing import Run, run_of
+from .locks import lock, unlock
+from .names import group_name
+from .store import Store, storage_error
+from .summary import session_header
+from .unheld import Unheld
+from .writer import append, finish_creation, materialise, release, settle
+
+__all__ = ["Operations"]
+
+
+@attrs.define(eq=False)
+class Operations:
+    """The protocol's methods as blocking calls over one store.
+
+    Args:
+        path: the store directory.
+        ops: the file-system calls.
+        max_event_bytes: the largest event accepted by `append`.
+        max_line: the longest line a reader accepts.
+    """
+
+    path: Path
+    ops: FileOps
+    max_event_bytes: int
+    max_line: int
+    store: Store = attrs.field(init=False)
+    catalog: Catalog = attrs.field(init=False)
+    reads: Unheld = attrs.field(init=False)
+    _held: dict[str, Handle] = attrs.field(init=False, factory=dict[str, Handle])
+    _pending: dict[str, Pending] = attrs.field(init=False, factory=dict[str, Pending])
+    _mu: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+
+    def __attrs_post_init__(self) -> None:
+        self.store = Store(self.path, self.ops)
+        self.catalog = Catalog(self.store, self.ops)
+        self.reads = Unheld(self.store, self.catalog, self.max_line)
+
+    def session_ids(self) -> list[str]:
+        """Every session this instance created or holds."""
+        with self._mu:
+            return [*self._pending, *self._held]
+
+    # -- writer role -----------------------------------------------------------
+
+    def create(self, meta: SessionMeta) -> None:
+        """See `JsonlPersistence.create`."""
+        session_id = meta.id
+        stem = self.reads.stem(session_id)
+        if session_id in self._pending or session_id in self._held:
+            raise SessionExistsError(f"session {session_id!r} already exists")
+        if self.reads.exists(stem):
+            raise SessionExistsError(f"session {session_id!r} already exists")
+        lock_fd, _ = lock(self.store, stem, steal=False)
+        try:
+            if self.reads.exists(stem):  # it appeared before we held the lock
+                raise SessionExistsError(f"session {session_id!r} already exists")
+        except BaseException:
+            unlock(self.store, lock_fd, stem, remove=False)
+            raise
+        with self._mu:
+            self._pending[session_id] = Pending(stem=stem, meta=meta, lock_fd=lock_fd)
+
+    def claim(self, session_id: str, steal: bool) -> None:
+        """See `JsonlPersistence.claim`."""
+        held = self._held.get(session_id)
+        if held is not None:
+            if held.failure is None and held.pid == os.getpid():
+                return  # claiming twice is harmless
+            self._drop(session_id)
+        if session_id in self._pending:
+            raise SessionNotFoundError(f"session {session_id!r} is not stored yet")
+        self._claim(session_id, steal=steal)
+
+    def _claim(self, session_id: str, *, steal: bool) -> Handle:
+        stem = self.reads.stem(session_id)
+        if not self.reads.exists(stem):
+            raise SessionNotFoundError(f"no stored session {session_id!r}")
+        lock_fd, stolen = lock(self.store, stem, steal=steal)
+        try:
+            handle, result = open_stored(
+                self.store, session_id, stem, lock_fd, max_line=self.max_line
+            )
+        except BaseException:
+            unlock(self.store, lock_fd, stem, remove=False)
+            raise
+        try:
+            # Durably "open" before our first write: should we crash from
+            # here on, `list` re-reads this session instead of trusting
+            # the catalog's older line.
+            self.catalog.append(self._entry(handle, open_=True))
+        except OSError as exc:
+            close(self.ops, handle)
+            raise storage_error("cannot update the catalog", exc) from exc
+        take_epoch(self.store, handle, result, stolen=stolen, max_line=self.max_line)
+        with self._mu:
+            self._held[session_id] = handle
+        return handle
+
+    def release(self, session_id: str) -> None:
+        """See `JsonlPersistence.release`."""
+        with self._mu:
+            pending = self._pending.pop(session_id, None)
+            handle = self._held.pop(session_id, None)
+        if pending is not None:
+            unlock(self.store, pending.lock_fd, pending.stem, remove=True)
+        if handle is None:
+            return
+        clean = handle.failure is None
+        release(self.store, handle, max_line=self.max_line)
+        if clean and handle.state.released:
+            try:
+                self.catalog.append(self._entry(handle, open_=False))
+            except OSError as exc:
+                raise storage_error("cannot update the catalog", exc) from exc
+
+    def _drop(self, session_id: str) -> None:
+        with self._mu:
+            handle = self._held.pop(session_id, None)
+        if handle is not None:
+            close(self.ops, handle)
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, session_id: str, records: Sequence[EventRecord]) -> None:
+        """See `JsonlPersistence.append`."""
+        pending = self._pending.get(session_id)
+        handle = self._held.get(session_id)
+        if pending is None and handle is None:
+            handle = self._claim(session_id, steal=False)
+        if handle is not None:
+            _refuse_if_failed(handle)
+            settle(self.store, handle, max_line=self.max_line)
+        if not records:
+            return
+        expected = handle.state.seq if handle is not None else 0
+        self._check_batch(session_id, records, expected)
+        if handle is not None:
+            append(self.store, handle, records)
+            return
+        assert pending is not None  # noqa: S101 - one of the two is set
+        try:
+            self.catalog.append(self._pending_entry(pending))
+        except OSError as exc:
+            raise storage_error("cannot update the catalog", exc) from exc
+        handle = materialise(self.store, pending, records)
+        with self._mu:
+            del self._pending[session_id]
+            self._held[session_id] = handle
+        finish_creation(self.store, handle)
+
+    def _check_batch(
+        self, session_id: str, records: Sequence[EventRecord], expected: int
+    ) -> None:
+        limit = self.max_event_bytes
+        for index, record in enumerate(records):
+            if record.seq != expected + index:
+                raise SequenceError(
+                    f"session {session_id!r}: append starts at seq "
+                    f"{records[0].seq} but the stored log continues at {expected}"
+                    if index == 0
+                    else f"session {session_id!r}: batch is not contiguous at "
+                    f"seq {record.seq}",
+                    session_id=session_id,
+                    expected=expected + index,
+                    got=record.seq,
+                )
+            raw = record.raw
+            if len(raw) > limit:
+                raise EventTooLargeError(
+                    f"event {record.type!r} (seq {record.seq}) is {len(raw)} "
+                    f"bytes, over this store's limit of {limit}",
+                    event_type=record.type,
+                )
+            reason = bad_event_reason(raw)
+            if reason is not None:
+                raise EventRejectedError(
+                    f"event {record.type!r} (seq {record.seq}) cannot be stored: "
+                    f"{reason}",
+                    event_type=record.type,
+                )
+
+    def update(self, session_id: str, summary: SessionSummary) -> None:
+        """See `JsonlPersistence.update`."""
+        pending = self._pending.get(session_id)
+        if pending is not None:
+            updated_at = max(summary.updated_at, pending.meta.summary.updated_at)
+            pending.meta = msgspec.structs.replace(
+                pending.meta,
+                summary=msgspec.structs.replace(
+                    summary, updated_at=updated_at, event_count=0
+                ),
+            )
+            return
+        handle = self._held.get(session_id)
+        if handle is not None and handle.failure is None:
+            try:
+                settle(self.store, handle, max_line=self.max_line)
+            except SessionFencedError:
+                handle = None  # not ours any more: update like any reader would
+        if handle is None or handle.failure is not None:
+            self.reads.update_unowned(session_id, summary)
+            return
+        current = handle.current_summary()
+        handle.summary = msgspec.structs.replace(
+            summary, updated_at=max(summary.updated_at, current.updated_at)
+        )
+        try:
+            write_sidecar(self.store, handle, handle.summary)
+        except OSError as exc:
+            raise poison(handle, exc, "storing its summary") from exc
+
+    def delete(self, session_id: str) -> None:
+        """See `JsonlPersistence.delete`."""
+        self._drop(session_id)
+        self.reads.delete(session_id)
+
+    # -- reading ---------------------------------------------------------------
+
+    def load(self, session_id: str) -> LoadedSession:
+        """See `JsonlPersistence.load`."""
+        try:
+            return self.reads.load(session_id)
+        except (SessionCorruptError, UnsupportedFormatError) as exc:
+            handle = self._held.get(session_id)
+            if handle is not None and handle.failure is None:
+                # Appending now would bury the damage under fresh flushes (or
+                # write into a format this code cannot read).
+                handle.failure = exc
+            raise
+
+    def has(self, session_id: str) -> bool:
+        """See `JsonlPersistence.has`."""
+        return self.reads.exists(self.reads.stem(session_id))
+
+    def ordered(self) -> list[Run]:
+        """The listed sessions as sorted runs (see `listing.page`)."""
+        with self._mu:
+            held = {h.stem: h for h in self._held.values() if h.failure is None}
+        static, moving = self.reads.catalog_runs(held)
+        return [static, run_of(moving)]
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every remaining descriptor (sessions were released first)."""
+        with self._mu:
+            handles = list(self._held.values())
+            pending = list(self._pending.values())
+            self._held.clear()
+            self._pending.clear()
+        for handle in handles:
+            close(self.ops, handle)
+        for item in pending:
+            unlock(self.store, item.lock_fd, item.stem, remove=True)
+        self.store.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: close inherited descriptors, forget everything."""
+        for handle in self._held.values():
+            for fd in (handle.fd, handle.lock_fd):
+                if fd >= 0:
+                    os.close(fd)
+        for item in self._pending.values():
+            os.close(item.lock_fd)
+        self._held.clear()
+        self._pending.clear()
+        self._mu = threading.Lock()
+        self.store.close()
+
+    # -- catalog lines ---------------------------------------------------------
+
+    def _entry(self, handle: Handle, *, open_: bool) -> Entry:
+        return Entry(
+            name=handle.stem,
+            group=handle.group,
+            log=handle.header.log,
+            open=open_,
+            header=session_header(handle.header),
+            summary=handle.current_summary(),
+        )
+
+    def _pending_entry(self, pending: Pending) -> Entry:
+        return Entry(
+            name=pending.stem,
+            group=group_name(pending.meta.header.cwd),
+            log="",
+            open=True,
+            header=pending.meta.header,
+            summary=pending.meta.summary,
+        )
+
+
+def _refuse_if_failed(handle: Handle) -> None:
+    """Raise (a fresh copy of) the error that stopped this handle, if any."""
+    failure = handle.failure
+    if failure is None:
+        if handle.pid != os.getpid():
+            raise SessionFencedError("this handle belongs to the parent process")
+        return
+    error: TurnkeepError
+    if isinstance(failure, SessionCorruptError):
+        error = SessionCorruptError(
+            str(failure), session_id=failure.session_id, offset=failure.offset
+        )
+    elif isinstance(failure, SessionFencedError):
+        error = SessionFencedError(str(failure))
+    elif isinstance(failure, UnsupportedFormatError):
+        error = UnsupportedFormatError(str(failure))
+    else:
+        error = StorageError(str(failure))
+    raise error from failure

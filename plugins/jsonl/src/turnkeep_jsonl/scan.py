@@ -1,0 +1,368 @@
+"""Reading a session log back: validation, the torn-tail rule, damage (R4).
+
+Owns `scan`, the one reader of log files. It returns the whole units (owner,
+release and flush units) that validate, in order, and where they end; bytes
+after that end are a *tail*. A tail is legal only if it could be the single
+flush in flight at a crash: when any valid control line numbered two or more
+past the last good unit follows the first bad record, those damaged bytes had
+been made durable, so `SessionCorruptError` is raised with their offset.
+
+The common case (an undamaged log) goes through a vectorised path that checks
+each unit with one CRC over its bytes; anything it cannot accept is handed to
+a line-by-line analysis, which is authoritative. Memory stays bounded by the
+chunk size plus the longest acceptable line, whatever the file holds.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from itertools import accumulate, compress, count, repeat
+from operator import add, itemgetter
+from typing import Final
+
+import attrs
+
+from turnkeep.errors import SessionCorruptError, UnsupportedFormatError
+from turnkeep.meta import FORMAT_VERSION
+
+from .format import (
+    FORMAT_NAME,
+    MARK,
+    MAX_CONTROL_BYTES,
+    MAX_HEADER_BYTES,
+    SUFFIX_LEN,
+    Commit,
+    Control,
+    Header,
+    Owner,
+    Release,
+    decode_control,
+    decode_controls,
+    decode_header,
+    event_seq,
+    probe_header,
+    unseal,
+)
+
+__all__ = ["CHUNK", "Reader", "ScanResult", "ScanState", "check_header", "scan"]
+
+CHUNK: Final = 16 * 1024 * 1024
+"""Bytes read at a time."""
+
+Reader = Callable[[int, int], bytes]
+"""`read(offset, size)`: up to `size` bytes of the file at `offset`."""
+
+_cut: Final = itemgetter(slice(None, -SUFFIX_LEN))
+_hex: Final = itemgetter(slice(-10, -2))
+_CLOSE: Final = b"}"
+_NEEDLE: Final = b"\n" + MARK
+
+
+@attrs.define
+class ScanState:
+    """Where the valid units left the session.
+
+    Attributes:
+        flush: number of the last valid unit (0: none).
+        seq: the next event seq (the number of events).
+        epoch: the current owner epoch (0: no owner yet).
+        time: `updated_at` as of the last valid unit.
+        owner: the last owner line.
+        released: the last unit is a release of the current epoch.
+    """
+
+    flush: int = 0
+    seq: int = 0
+    epoch: int = 0
+    time: int = 0
+    owner: Owner | None = None
+    released: bool = False
+
+    def accept(self, control: Control, n: int, region: bytes | memoryview) -> bool:
+        """Apply a unit of `n` event lines (bytes `region`) if it is valid."""
+        if control.flush != self.flush + 1:
+            return False
+        if type(control) is Commit:
+            if (
+                n == 0
+                or control.n != n
+                or control.epoch != self.epoch
+                or control.seq != self.seq + n
+                or control.len != len(region)
+                or control.fcrc != f"{zlib.crc32(region):08x}"
+            ):
+                return False
+            self.released = False
+        elif n or control.seq != self.seq:
+            return False
+        elif type(control) is Owner:
+            if control.epoch <= self.epoch:
+                return False
+            self.owner = control
+            self.released = False
+        elif type(control) is Release:
+            if control.epoch != self.epoch:
+                return False
+            self.released = True
+        self.flush = control.flush
+        self.seq = control.seq
+        self.epoch = control.epoch
+        self.time = max(self.time, control.time)
+        return True
+
+
+@attrs.frozen
+class ScanResult:
+    """What `scan` found.
+
+    Attributes:
+        header: the header line.
+        events: the events of the valid units (empty unless collected).
+        end: the offset just after the last valid unit.
+        size: the file size that was scanned.
+        state: the session as of the last valid unit.
+        damage: offset of the first bad record in the tail (`None` when the
+            tail is only an unfinished unit or there is none).
+    """
+
+    header: Header
+    events: list[bytes]
+    end: int
+    size: int
+    state: ScanState
+    damage: int | None
+
+    @property
+    def tail(self) -> int:
+        """How many bytes follow the last valid unit."""
+        return self.size - self.end
+
+
+def _corrupt(session_id: str, offset: int, why: str) -> SessionCorruptError:
+    return SessionCorruptError(
+        f"session {session_id!r}: {why} at byte {offset} of its log; "
+        "acknowledged data is damaged, so it cannot be loaded (restore the file "
+        "from a backup, or move it aside to start over)",
+        session_id=session_id,
+        offset=offset,
+    )
+
+
+def check_header(line: bytes, session_id: str) -> Header:
+    """The header of session `session_id`'s log, from its first line.
+
+    Raises:
+        UnsupportedFormatError: the format version is newer (checked first,
+            before any checksum: a newer layout may differ).
+        SessionCorruptError: the line is damaged or names another session.
+    """
+    probe = probe_header(line)
+    if probe is None or probe[0] != "header":
+        raise _corrupt(session_id, 0, "the header line is unreadable")
+    if probe[1] > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"session {session_id!r} is stored in format version {probe[1]}; "
+            f"this turnkeep-jsonl reads up to {FORMAT_VERSION}: upgrade it"
+        )
+    header = decode_header(line)
+    if header is None or header.format != FORMAT_NAME:
+        raise _corrupt(session_id, 0, "the header line is damaged")
+    if header.id != session_id:
+        raise _corrupt(session_id, 0, f"the header names session {header.id!r}")
+    return header
+
+
+def scan(
+    read: Reader, size: int, *, session_id: str, collect: bool, max_line: int
+) -> ScanResult:
+    """Validate a log of `size` bytes and return its valid units.
+
+    Raises:
+        SessionCorruptError: the header is damaged or names another session,
+            or damage lies before a later durable unit (R4).
+        UnsupportedFormatError: the header's format version is newer.
+    """
+    first = read(0, min(size, CHUNK)) if size else b""
+    newline = first.find(b"\n", 0, MAX_HEADER_BYTES)
+    if newline < 0:
+        check_header(first[:MAX_HEADER_BYTES], session_id)  # a newer format refuses
+        raise _corrupt(session_id, 0, "the header line is incomplete")
+    header = check_header(first[:newline], session_id)
+    state = ScanState()
+    events: list[bytes] = []
+    pos = newline + 1
+    buf = first[pos:]
+    got = len(first)
+    while True:
+        used, failed = _fast(buf, state, events if collect else None)
+        if used:
+            pos += used
+            buf = buf[used:]
+        if failed or got >= size:
+            break
+        if len(buf) - buf.rfind(b"\n") - 1 > max_line:
+            break  # an overlong line: the slow path names it
+        chunk = read(got, min(CHUNK, size - got))
+        if not chunk:
+            size = got  # the file shrank while we read it
+            break
+        got += len(chunk)
+        buf = buf + chunk if buf else chunk
+    del buf
+    if pos >= size:
+        return ScanResult(header, events, pos, size, state, None)
+    return _slow(read, pos, size, header, state, events if collect else None, max_line)
+
+
+def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int, bool]:
+    """Accept the whole units at the start of `buf`, all at C speed.
+
+    Returns:
+        How many bytes were accepted, and whether a unit failed to validate.
+    """
+    lines = buf.split(b"\n")
+    lines.pop()  # the unfinished remainder
+    marks = list(compress(count(), map(bytes.startswith, lines, repeat(MARK))))
+    if not marks:
+        return 0, False
+    last = marks[-1]
+    starts = [0, *accumulate(map(add, map(len, lines[: last + 1]), repeat(1)))]
+    ctl_lines = [lines[i] for i in marks]
+    controls: list[Control] | None = None
+    try:
+        sealed = list(map(zlib.crc32, map(add, map(_cut, ctl_lines), repeat(_CLOSE))))
+        if sealed == list(map(int, map(_hex, ctl_lines), repeat(16))):
+            controls = decode_controls(ctl_lines)
+    except ValueError:
+        pass  # an unparsable checksum: checked line by line below
+    view = memoryview(buf)
+    taken: list[bytes] = []
+    start = 0
+    accepted = 0
+    failed = False
+    try:
+        for k, mark in enumerate(marks):
+            control = (
+                controls[k] if controls is not None else decode_control(lines[mark])
+            )
+            a = starts[start]
+            if control is None or not state.accept(
+                control, mark - start, view[a : starts[mark]]
+            ):
+                failed = True
+                break
+            if events is not None and mark > start:
+                taken += lines[start:mark]
+            start = mark + 1
+            accepted = starts[start]
+    finally:
+        view.release()
+    if events is not None and taken:
+        events.extend(map(add, map(_cut, taken), repeat(_CLOSE)))
+    return accepted, failed
+
+
+def _lines(
+    read: Reader, pos: int, size: int, max_line: int
+) -> Iterator[tuple[int, bytes | None]]:
+    """`(offset, line)` from `pos` on; `None` for an overlong or unfinished line."""
+    buf = b""
+    at = 0  # where the next line starts in `buf` (no re-slicing per line)
+    offset = pos
+    got = pos
+    while True:
+        newline = buf.find(b"\n", at)
+        if newline >= 0:
+            if newline - at > max_line:
+                yield offset, None
+                return
+            yield offset, buf[at:newline]
+            offset += newline - at + 1
+            at = newline + 1
+            continue
+        rest = len(buf) - at
+        done = rest > max_line or got >= size
+        chunk = b"" if done else read(got, min(CHUNK, size - got))
+        if not chunk:
+            if rest:
+                yield offset, None
+            return
+        got += len(chunk)
+        buf = buf[at:] + chunk
+        at = 0
+
+
+def _slow(
+    read: Reader,
+    pos: int,
+    size: int,
+    header: Header,
+    state: ScanState,
+    events: list[bytes] | None,
+    max_line: int,
+) -> ScanResult:
+    """Line-by-line analysis from the unit starting at `pos` (R4)."""
+    unit_start = pos
+    pending: list[bytes] = []  # event lines of the unit being read
+    raws: list[bytes] = []
+    bad: int | None = None
+    for offset, line in _lines(read, pos, size, max_line):
+        if line is None:
+            bad = offset
+            break
+        if line.startswith(MARK):
+            control = decode_control(line)
+            region = b"".join([p + b"\n" for p in pending])
+            if control is None:
+                bad = offset
+                break
+            if not state.accept(control, len(pending), region):
+                # Every line checked out on its own, yet they do not add up
+                # to this commit: the unit as a whole is the bad record.
+                bad = unit_start if pending else offset
+                break
+            if events is not None:
+                events.extend(raws)
+            unit_start = offset + len(line) + 1
+            pending = []
+            raws = []
+            continue
+        raw = unseal(line)
+        if raw is None or event_seq(raw) != state.seq + len(pending):
+            bad = offset
+            break
+        pending.append(line)
+        raws.append(raw)
+    if bad is not None and _durable_after(read, bad, size, state.flush + 2):
+        raise _corrupt(header.id, bad, "a record is damaged")
+    return ScanResult(header, events or [], unit_start, size, state, bad)
+
+
+def _durable_after(read: Reader, start: int, size: int, flush: int) -> bool:
+    """Whether a valid control line numbered `flush` or more lies after `start`.
+
+    Such a line proves the bytes before it were already durable when it was
+    written (a flush starts only after the previous one was fsynced).
+    """
+    overlap = MAX_CONTROL_BYTES
+    at = start
+    while at < size:
+        chunk = read(at, min(CHUNK + overlap, size - at))
+        if not chunk:
+            return False
+        found = chunk.find(_NEEDLE)
+        while found >= 0:
+            begin = found + 1
+            end = chunk.find(b"\n", begin, begin + MAX_CONTROL_BYTES + 1)
+            if end < 0 and at + len(chunk) >= size:
+                break  # an unfinished last line proves nothing
+            if end >= 0:
+                control = decode_control(chunk[begin:end])
+                if control is not None and control.flush >= flush:
+                    return True
+            found = chunk.find(_NEEDLE, begin)
+        if at + len(chunk) >= size:
+            return False
+        at += len(chunk) - overlap
+    return False

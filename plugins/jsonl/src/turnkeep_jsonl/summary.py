@@ -1,0 +1,166 @@
+"""A session's metadata read from its files, without reading its whole log.
+
+Owns what listing and summary updates need from disk: the header line, the
+sidecar (trusted only when it names the same log file), and the last control
+line of the log, found by reading backwards from the end. Nothing here
+validates the log; `scan` does that for `load` and for writers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+import attrs
+import msgspec
+
+from turnkeep.meta import SessionHeader, SessionSummary
+
+from .fileops import FileOps
+from .format import (
+    FORMAT_NAME,
+    MARK,
+    MAX_HEADER_BYTES,
+    Control,
+    Header,
+    Release,
+    Sidecar,
+    decode_control,
+    decode_header,
+    decode_sidecar,
+)
+from .names import LOG_SUFFIX, SIDECAR_SUFFIX
+
+__all__ = [
+    "SIDECAR_LIMIT",
+    "Inspected",
+    "inspect_session",
+    "last_control",
+    "merge_summary",
+    "read_sidecar",
+    "session_header",
+]
+
+SIDECAR_LIMIT: Final = 1024 * 1024
+"""A sidecar larger than this is not ours (it holds a short summary)."""
+
+_TAIL_WINDOWS: Final = (64 * 1024, 1024 * 1024, 32 * 1024 * 1024)
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def session_header(header: Header) -> SessionHeader:
+    """The core header a log header stands for."""
+    return SessionHeader(
+        id=header.id,
+        format_version=header.format_version,
+        created_at=header.created_at,
+        cwd=header.cwd,
+        parent=header.parent,
+    )
+
+
+def read_sidecar(
+    ops: FileOps, dir_fd: int, stem: str, header: Header
+) -> Sidecar | None:
+    """The session's sidecar if it is intact and belongs to this very log file.
+
+    A sidecar of an earlier incarnation of the id (deleted, then created
+    again) names another log and is ignored, as is a torn or damaged one.
+
+    Raises:
+        OSError: the sidecar exists but cannot be read.
+    """
+    try:
+        fd = ops.open(stem + SIDECAR_SUFFIX, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        data = ops.pread(fd, SIDECAR_LIMIT + 1, 0)
+    finally:
+        ops.close(fd)
+    sidecar = decode_sidecar(data)
+    if sidecar is None or sidecar.id != header.id or sidecar.log != header.log:
+        return None
+    return sidecar
+
+
+def merge_summary(sidecar: Sidecar | None, *, seq: int, time: int) -> SessionSummary:
+    """The summary shown for a session: the sidecar's, with the log's numbers.
+
+    The log wins where both speak: `event_count` is the log's, and
+    `updated_at` never goes back behind the log's last unit.
+    """
+    if sidecar is None:
+        return SessionSummary(updated_at=time, event_count=seq)
+    return msgspec.structs.replace(
+        sidecar.summary,
+        updated_at=max(sidecar.summary.updated_at, time),
+        event_count=seq,
+    )
+
+
+def last_control(ops: FileOps, fd: int, size: int) -> Control | None:
+    """The last intact control line of a log, reading backwards from the end."""
+    for window in _TAIL_WINDOWS:
+        start = max(0, size - window)
+        data = ops.pread(fd, size - start, start)
+        lines = data.split(b"\n")
+        lines.pop()  # after the last newline: unfinished (or empty)
+        if start:
+            lines = lines[1:]  # may be cut at the front
+        for line in reversed(lines):
+            if line.startswith(MARK):
+                control = decode_control(line)
+                if control is not None:
+                    return control
+        if not start:
+            return None
+    return None
+
+
+@attrs.frozen
+class Inspected:
+    """A session as its files describe it (for listing).
+
+    Attributes:
+        header: its log header.
+        summary: the merged summary.
+        released: its last unit is a release (no writer left it dirty).
+    """
+
+    header: Header
+    summary: SessionSummary
+    released: bool
+
+
+def inspect_session(ops: FileOps, dir_fd: int, stem: str) -> Inspected | None:
+    """Read a session's header, sidecar and last control line.
+
+    Returns `None` when there is no such log, or when its header cannot be
+    read by this code (damaged or newer); `load` reports those properly.
+
+    Raises:
+        OSError: a file exists but cannot be read.
+    """
+    try:
+        fd = ops.open(stem + LOG_SUFFIX, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        size = ops.fstat(fd).st_size
+        head = ops.pread(fd, min(size, MAX_HEADER_BYTES), 0)
+        newline = head.find(b"\n")
+        header = decode_header(head[:newline]) if newline >= 0 else None
+        if header is None or header.format != FORMAT_NAME:
+            return None
+        control = last_control(ops, fd, size)
+    finally:
+        ops.close(fd)
+    sidecar = read_sidecar(ops, dir_fd, stem, header)
+    seq = control.seq if control is not None else 0
+    time = control.time if control is not None else 0
+    return Inspected(
+        header=header,
+        summary=merge_summary(sidecar, seq=seq, time=time),
+        released=type(control) is Release,
+    )

@@ -1,0 +1,294 @@
+"""What needs no writer role: loading, existence, listing, deleting, summaries.
+
+Owns the operations that work on any stored session, held by this instance,
+by another process, or by nobody: `load` (read-only; retried when a writer
+repairs the file mid-read), `has`, the listing runs, `delete`, and `update`
+of a session this instance does not hold.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+import attrs
+import msgspec
+
+from turnkeep.errors import (
+    SessionCorruptError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
+from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession
+
+from .catalog import Catalog, Entry, Gone
+from .format import MAX_HEADER_BYTES, Release, Sidecar, encode_sidecar
+from .handle import Handle, check_watermark, scan_log
+from .listing import Run, run_of
+from .locks import lock, unlock
+from .names import (
+    LOG_SUFFIX,
+    QUARANTINE_DIR,
+    QUARANTINE_SUFFIX,
+    SIDECAR_SUFFIX,
+    session_name,
+)
+from .scan import ScanResult, check_header
+from .store import READ_FLAGS, Store, storage_error
+from .summary import (
+    Inspected,
+    inspect_session,
+    last_control,
+    merge_summary,
+    read_sidecar,
+    session_header as core_header,
+)
+
+__all__ = ["Unheld"]
+
+_LOAD_ATTEMPTS: Final = 3
+
+
+@attrs.define(eq=False)
+class Unheld:
+    """Operations on stored sessions that take no writer role.
+
+    Args:
+        store: the store.
+        catalog: its catalog.
+        max_line: the longest line `load` accepts.
+    """
+
+    store: Store
+    catalog: Catalog
+    max_line: int
+    _static_of: dict[str, Entry] | None = attrs.field(init=False, default=None)
+    _static: Run = attrs.field(init=False, factory=lambda: run_of(()))
+    _open: list[Entry] = attrs.field(init=False, factory=list[Entry])
+
+    @staticmethod
+    def stem(session_id: str) -> str:
+        """The file stem of a session id."""
+        return session_name(session_id)
+
+    def exists(self, stem: str) -> bool:
+        """Whether session `stem` has a log."""
+        if self.store.root(create=False) is None:
+            return False
+        return self.store.find(stem) is not None
+
+    def _locate(self, session_id: str) -> tuple[str, str, int]:
+        stem = session_name(session_id)
+        found = self.store.find(stem) if self.exists(stem) else None
+        if found is None:
+            raise SessionNotFoundError(f"no stored session {session_id!r}")
+        return stem, *found
+
+    # -- load ------------------------------------------------------------------
+
+    def load(self, session_id: str) -> LoadedSession:
+        """See `JsonlPersistence.load`."""
+        ops = self.store.ops
+        for attempt in range(_LOAD_ATTEMPTS):
+            stem, _, gfd = self._locate(session_id)
+            try:
+                fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
+            except FileNotFoundError:
+                continue  # deleted (or renamed over) meanwhile: look again
+            except OSError as exc:
+                raise storage_error(
+                    f"cannot open the log of {session_id!r}", exc
+                ) from exc
+            try:
+                st = ops.fstat(fd)
+                try:
+                    result = scan_log(
+                        ops,
+                        fd,
+                        st.st_size,
+                        session_id=session_id,
+                        collect=True,
+                        max_line=self.max_line,
+                    )
+                    sidecar = read_sidecar(ops, gfd, stem, result.header)
+                    check_watermark(result, sidecar)
+                except SessionCorruptError:
+                    if attempt + 1 < _LOAD_ATTEMPTS and self._moved(fd, st, gfd, stem):
+                        continue  # a writer repaired or replaced it as we read
+                    raise
+            except OSError as exc:
+                raise storage_error(
+                    f"cannot read the log of {session_id!r}", exc
+                ) from exc
+            finally:
+                ops.close(fd)
+            return _loaded(result, sidecar)
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+
+    def _moved(self, fd: int, before: os.stat_result, gfd: int, stem: str) -> bool:
+        ops = self.store.ops
+        now = ops.fstat(fd)
+        try:
+            named = ops.stat(stem + LOG_SUFFIX, dir_fd=gfd)
+        except FileNotFoundError:
+            return True
+        return (
+            now.st_size != before.st_size
+            or now.st_mtime_ns != before.st_mtime_ns
+            or (named.st_dev, named.st_ino) != (before.st_dev, before.st_ino)
+        )
+
+    # -- list ------------------------------------------------------------------
+
+    def catalog_runs(self, held: dict[str, Handle]) -> tuple[Run, list[SessionMeta]]:
+        """The catalog's settled sessions as a run, plus those that may move.
+
+        Settled ones come from the catalog alone (cached while its file is
+        unchanged); sessions held here come from memory; sessions marked
+        open by another writer are re-read from their sidecar and log end.
+        """
+        entries = self.catalog.read()
+        if entries is None:
+            entries = self.catalog.scan_files()
+        if entries is not self._static_of:
+            self._static = run_of(
+                SessionMeta(header=e.header, summary=e.summary)
+                for e in entries.values()
+                if not e.open and e.name not in held
+            )
+            self._open = [e for e in entries.values() if e.open]
+            self._static_of = entries
+        moving = [
+            SessionMeta(header=core_header(h.header), summary=h.current_summary())
+            for h in held.values()
+        ]
+        for entry in self._open:
+            if entry.name in held:
+                continue
+            found = self._inspect(entry)
+            if found is not None:
+                moving.append(found)
+        return self._static, moving
+
+    def _inspect(self, entry: Entry) -> SessionMeta | None:
+        try:
+            gfd = self.store.subdir(entry.group, create=False)
+            if gfd is None:
+                return None
+            found = inspect_session(self.store.ops, gfd, entry.name)
+        except OSError:
+            return None  # unreadable right now: `load` will say why
+        if found is None:
+            return None
+        return SessionMeta(header=core_header(found.header), summary=found.summary)
+
+    # -- delete ----------------------------------------------------------------
+
+    def delete(self, session_id: str) -> None:
+        """See `JsonlPersistence.delete` (the caller dropped its own handle)."""
+        stem, group, gfd = self._locate(session_id)
+        ops = self.store.ops
+        try:
+            found = inspect_session(ops, gfd, stem)
+            if found is not None:
+                # Durably "open" first: a crash halfway then leaves a line
+                # that `list` re-checks against the files, not a stale one.
+                self.catalog.append(_entry(stem, group, found.header.log, found))
+            try:
+                ops.unlink(stem + LOG_SUFFIX, dir_fd=gfd)
+            except FileNotFoundError as exc:
+                raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
+            self.store.discard(gfd, stem + SIDECAR_SUFFIX)
+            self._drop_quarantine(stem)
+            try:
+                lock_fd, _ = lock(self.store, stem, steal=False)
+            except SessionLockedError:
+                pass  # its owner keeps the lock file; it is fenced anyway
+            else:
+                unlock(self.store, lock_fd, stem, remove=True)
+            ops.fsync_dir(gfd)
+            self.catalog.append(Gone(name=stem))
+        except OSError as exc:
+            raise storage_error(f"cannot delete session {session_id!r}", exc) from exc
+
+    def _drop_quarantine(self, stem: str) -> None:
+        qdir = self.store.subdir(QUARANTINE_DIR, create=False)
+        if qdir is None:
+            return
+        for name in self.store.ops.listdir(qdir):
+            if name.startswith(stem + ".") and name.endswith(QUARANTINE_SUFFIX):
+                self.store.discard(qdir, name)
+
+    # -- update ----------------------------------------------------------------
+
+    def update_unowned(self, session_id: str, summary: SessionSummary) -> None:
+        """`update` of a session this instance does not hold (no lock taken).
+
+        Keeps the sidecar's watermark; a concurrent owner's later sidecar
+        writes keep this summary (they re-read it).
+        """
+        stem, group, gfd = self._locate(session_id)
+        ops = self.store.ops
+        try:
+            fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
+        except OSError as exc:
+            raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+        try:
+            size = ops.fstat(fd).st_size
+            head = ops.pread(fd, min(size, MAX_HEADER_BYTES), 0)
+            newline = head.find(b"\n")
+            header = check_header(head[: max(newline, 0)], session_id)
+            control = last_control(ops, fd, size)
+            old = read_sidecar(ops, gfd, stem, header)
+            seq = control.seq if control is not None else 0
+            time = control.time if control is not None else 0
+            updated_at = max(
+                summary.updated_at, time, old.summary.updated_at if old else 0
+            )
+            new = msgspec.structs.replace(
+                summary, updated_at=updated_at, event_count=seq
+            )
+            entry = Entry(
+                name=stem,
+                group=group,
+                log=header.log,
+                open=True,
+                header=core_header(header),
+                summary=new,
+            )
+            self.catalog.append(entry)
+            sidecar = Sidecar(
+                format_version=header.format_version,
+                id=header.id,
+                log=header.log,
+                flush=old.flush if old is not None else 0,
+                seq=old.seq if old is not None else 0,
+                summary=new,
+            )
+            self.store.write_atomic(gfd, stem + SIDECAR_SUFFIX, encode_sidecar(sidecar))
+            released = type(control) is Release
+            self.catalog.append(msgspec.structs.replace(entry, open=not released))
+        except OSError as exc:
+            raise storage_error(f"cannot update session {session_id!r}", exc) from exc
+        finally:
+            ops.close(fd)
+
+
+def _entry(stem: str, group: str, log: str, found: Inspected) -> Entry:
+    return Entry(
+        name=stem,
+        group=group,
+        log=log,
+        open=True,
+        header=core_header(found.header),
+        summary=found.summary,
+    )
+
+
+def _loaded(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
+    summary = merge_summary(sidecar, seq=result.state.seq, time=result.state.time)
+    meta = SessionMeta(header=core_header(result.header), summary=summary)
+    return LoadedSession(meta=meta, events=result.events)

@@ -1,0 +1,263 @@
+"""Writing a session's log: creation, flushes and release.
+
+Owns the byte sequences of the write path:
+
+- creation (R3): header, first owner line and first flush go to a temporary
+  file, which is fsynced, renamed into place, and its directory fsynced;
+- a flush (R3, R6): the log is checked to still be ours and unchanged, every
+  byte is written (short writes looped), fsynced, the identity checked again,
+  and only then acknowledged; an I/O error poisons the handle for good;
+- release: a release line closes the epoch (so the next owner may append in
+  place), and the sidecar's watermark is brought up to date.
+
+The caller holds the session's lock and has checked the records' seqs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from turnkeep.codec import EventRecord
+from turnkeep.errors import (
+    SessionCorruptError,
+    SessionExistsError,
+    SessionFencedError,
+    StorageError,
+)
+from turnkeep.meta import SessionSummary
+
+from .claim import reconcile
+from .fileops import write_all
+from .format import (
+    FORMAT_NAME,
+    Header,
+    Owner,
+    Release,
+    encode_commit,
+    encode_event_lines,
+    encode_header,
+    encode_owner,
+    encode_release,
+)
+from .handle import (
+    BOOT,
+    HOST,
+    Handle,
+    Pending,
+    check_identity,
+    check_owner,
+    close,
+    poison,
+    write_sidecar,
+)
+from .names import LOG_SUFFIX, group_name, temp_name
+from .scan import ScanState
+from .store import NEW_FILE_FLAGS, Store, storage_error
+from .summary import read_sidecar
+
+__all__ = [
+    "append",
+    "finish_creation",
+    "flush_bytes",
+    "materialise",
+    "release",
+    "settle",
+]
+
+
+def materialise(
+    store: Store, pending: Pending, records: Sequence[EventRecord]
+) -> Handle:
+    """Write a new session's log file holding its first flush, renamed in.
+
+    The flush is not acknowledged yet: `finish_creation` makes the new name
+    durable (and writes the sidecar).
+
+    Raises:
+        SessionExistsError: a log appeared under the name (bypassing the lock).
+        StorageError: the file could not be written; nothing is visible.
+    """
+    ops = store.ops
+    meta = pending.meta
+    group = group_name(meta.header.cwd)
+    gfd = store.subdir(group, create=True)
+    assert gfd is not None  # noqa: S101 - create=True never returns None
+    header = Header(
+        format=FORMAT_NAME,
+        format_version=meta.header.format_version,
+        id=meta.header.id,
+        log=ops.token(),
+        created_at=meta.header.created_at,
+        cwd=meta.header.cwd,
+        parent=meta.header.parent,
+    )
+    state = ScanState()
+    owner = Owner(
+        flush=1,
+        epoch=1,
+        seq=0,
+        time=meta.summary.updated_at,
+        pid=os.getpid(),
+        host=HOST,
+        boot=BOOT,
+    )
+    state.accept(owner, 0, b"")
+    data = encode_header(header) + encode_owner(owner) + flush_bytes(state, records)
+    tmp = temp_name(pending.stem, LOG_SUFFIX, ops.token())
+    what = f"cannot create the log of session {header.id!r}"
+    try:
+        fd = ops.open(tmp, os.O_RDWR | NEW_FILE_FLAGS, 0o600, dir_fd=gfd)
+    except OSError as exc:
+        raise storage_error(what, exc) from exc
+    try:
+        ops.fchmod(fd, 0o600)
+        write_all(ops, fd, data, 0)
+        ops.fsync(fd)
+        if store.find(pending.stem) is not None:
+            raise SessionExistsError(f"session {header.id!r} already exists")
+        ops.replace(tmp, pending.stem + LOG_SUFFIX, dir_fd=gfd)
+    except BaseException as exc:
+        ops.close(fd)
+        store.discard(gfd, tmp)
+        if isinstance(exc, OSError):
+            raise storage_error(what, exc) from exc
+        raise
+    handle = Handle(
+        stem=pending.stem,
+        group=group,
+        gfd=gfd,
+        fd=fd,
+        lock_fd=pending.lock_fd,
+        header=header,
+        state=state,
+        end=len(data),
+        summary=meta.summary,
+    )
+    try:
+        handle.track(ops)
+    except OSError as exc:
+        poison(handle, exc, "creating its log")  # `finish_creation` raises it
+    store.remember(pending.stem, group)
+    return handle
+
+
+def finish_creation(store: Store, handle: Handle) -> None:
+    """Make a new log's name durable, then store its summary if it has one.
+
+    Raises:
+        StorageError: a step failed; the handle is poisoned (the first flush
+            is not acknowledged).
+    """
+    if handle.failure is not None:
+        raise handle.failure
+    try:
+        store.ops.fsync_dir(handle.gfd)
+        if _worth_a_sidecar(handle.summary):
+            write_sidecar(store, handle, handle.summary)
+    except OSError as exc:
+        raise poison(handle, exc, "creating its log") from exc
+
+
+def _worth_a_sidecar(summary: SessionSummary) -> bool:
+    """Whether a new session's summary holds more than its log can rebuild."""
+    return (
+        summary.title is not None
+        or summary.first_prompt is not None
+        or summary.status != "active"
+    )
+
+
+def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
+    """The bytes of one flush after `state` (advanced past it): lines + commit."""
+    region = encode_event_lines(records)
+    time = max(state.time, records[-1].time)
+    commit = encode_commit(
+        flush=state.flush + 1,
+        epoch=state.epoch,
+        seq=state.seq + len(records),
+        time=time,
+        region=region,
+        n=len(records),
+    )
+    state.flush += 1
+    state.seq += len(records)
+    state.time = time
+    state.released = False
+    return region + commit
+
+
+def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None:
+    """Durably append one flush (the caller checked the log is ours: `settle`).
+
+    Raises:
+        SessionFencedError: another writer took the log over or changed it;
+            nothing of this flush is in the log.
+        StorageError: the flush failed; the handle is poisoned.
+    """
+    ops = store.ops
+    now = handle.state
+    state = ScanState(
+        flush=now.flush, seq=now.seq, epoch=now.epoch, time=now.time, owner=now.owner
+    )
+    data = flush_bytes(state, records)
+    try:
+        write_all(ops, handle.fd, data, handle.end)
+        ops.fsync(handle.fd)
+    except OSError as exc:
+        raise poison(handle, exc, "flushing") from exc
+    # A takeover between the check above and our write sent the write to an
+    # orphaned file: only acknowledge once the name still points at ours.
+    check_identity(ops, handle)
+    handle.state = state
+    handle.end += len(data)
+
+
+def settle(store: Store, handle: Handle, *, max_line: int) -> None:
+    """Check the log is still ours and ends where we left it, before a write.
+
+    Raises:
+        SessionFencedError: another owner took it over.
+        SessionCorruptError, StorageError: see `reconcile`.
+    """
+    size = check_owner(store.ops, handle)
+    if size != handle.end:
+        reconcile(store, handle, size, max_line=max_line)
+
+
+def release(store: Store, handle: Handle, *, max_line: int) -> None:
+    """Close the epoch with a release line, refresh the sidecar, let go.
+
+    Raises:
+        StorageError: writing the release failed. The lock is dropped anyway;
+            the next owner then rewrites the log instead of appending to it.
+    """
+    ops = store.ops
+    error: StorageError | None = None
+    try:
+        if handle.failure is None and handle.pid == os.getpid():
+            settle(store, handle, max_line=max_line)
+            state = handle.state
+            release_line = Release(
+                flush=state.flush + 1, epoch=state.epoch, seq=state.seq, time=state.time
+            )
+            line = encode_release(release_line)
+            try:
+                write_all(ops, handle.fd, line, handle.end)
+                ops.fsync(handle.fd)
+                state.accept(release_line, 0, b"")
+                handle.end += len(line)
+                # Keep a summary another process stored meanwhile (by `update`).
+                disk = read_sidecar(ops, handle.gfd, handle.stem, handle.header)
+                summary = disk.summary if disk is not None else handle.summary
+                write_sidecar(store, handle, summary)
+            except OSError as exc:
+                error = poison(handle, exc, "releasing it")
+    except (SessionFencedError, SessionCorruptError):
+        pass  # taken over, deleted or damaged: nothing there is ours to touch
+    except StorageError as exc:
+        error = exc
+    finally:
+        close(ops, handle)
+    if error is not None:
+        raise error
