@@ -150,7 +150,8 @@ async def migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
     work is its own transaction). Idempotent.
 
     Returns:
-        The version found before (`None` for a fresh schema).
+        The version found before (`None` for a fresh schema); when several
+        workers migrate together, exactly one of them gets the old version.
 
     Raises:
         UnsupportedFormatError: the schema is newer than this code; nothing
@@ -178,7 +179,8 @@ async def migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             ).format(ident)
         )
-        current = await read_version(conn, schema) or 0
+        found = await read_version(conn, schema)  # again: another may have won
+        current = found or 0
         if current > SCHEMA_VERSION:
             raise _refuse_newer(schema, current)
         for migration in migrations(schema):

@@ -1,0 +1,327 @@
+"""What the PostgreSQL backend does beyond the conformance kit.
+
+Group commit (flushes arriving together share one transaction, each is
+acknowledged only after it commits, a refusal fails only its own session),
+the lease (renewed while the owner lives, taken without `steal` once it runs
+out, the old owner fenced), `list` served by its index, `delete` removing
+every row, and the entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from turnkeep.codec import EventCodec, EventRecord
+from turnkeep.config import Config
+from turnkeep.errors import (
+    SequenceError,
+    SessionFencedError,
+    SessionLockedError,
+)
+from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
+from turnkeep.host import Host
+from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+from turnkeep_postgres import PostgresPersistence
+
+pytestmark = pytest.mark.postgres
+
+CODEC = EventCodec()
+T0 = 1_700_000_000_000
+OpenStore = Callable[..., PostgresPersistence]
+
+
+def meta(session_id: str) -> SessionMeta:
+    return SessionMeta(
+        header=SessionHeader(id=session_id, created_at=T0),
+        summary=SessionSummary(updated_at=T0),
+    )
+
+
+def turn(seq0: int, text: str, *, time: int | None = None) -> list[EventRecord]:
+    at = T0 + seq0 if time is None else time
+    return [
+        CODEC.record(UserMessage(seq=seq0, time=at, data=UserMessageData(text=text))),
+        CODEC.record(
+            TurnEnd(seq=seq0 + 1, time=at, data=TurnEndData(turn=1, status="completed"))
+        ),
+    ]
+
+
+async def wait_for(
+    condition: Callable[[], bool], *, what: str, within: float = 10.0
+) -> None:
+    """Poll `condition` (a database observation) until it holds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)  # yield to the backend's own tasks
+
+
+# -- group commit ----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_flushes_arriving_together_share_one_transaction(
+    open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    store = open_store()
+    ids = [f"s-{n}" for n in range(8)]
+    for sid in ids:
+        await store.create(meta(sid))
+        await store.append(sid, turn(0, "first"))
+    blocker = raw_conn()
+    observer = raw_conn()
+    # Hold the row of the session that sorts last, so the group's
+    # transaction has written the others and waits on this one.
+    blocker.execute("BEGIN")
+    blocker.execute("SELECT 1 FROM sessions WHERE id = 's-7' FOR UPDATE")
+    groups = store.writer_stats.groups
+    tasks = [asyncio.create_task(store.append(sid, turn(2, "second"))) for sid in ids]
+
+    def writer_waits() -> bool:
+        row = observer.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock'",
+            (store.application_name,),
+        ).fetchone()
+        return row is not None and row[0] == 1
+
+    await wait_for(writer_waits, what="the group to wait on the held row")
+    assert not any(t.done() for t in tasks), "acknowledged before the commit"
+    visible = observer.execute("SELECT count(*) FROM events WHERE seq >= 2").fetchone()
+    assert visible == (0,), "part of the group was visible before its commit"
+    blocker.execute("COMMIT")
+    await asyncio.gather(*tasks)
+    assert store.writer_stats.groups == groups + 1
+    assert store.writer_stats.largest_group == len(ids)
+    for sid in ids:
+        assert len((await store.load(sid)).events) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_refusal_in_a_group_fails_only_its_session(
+    open_store: OpenStore,
+) -> None:
+    store, thief = open_store(), open_store()
+    ids = [f"g-{n}" for n in range(6)]
+    for sid in ids:
+        await store.create(meta(sid))
+        await store.append(sid, turn(0, "first"))
+    await thief.claim("g-1", steal=True)  # g-1: fenced
+    await store.release("g-3")
+    await thief.claim("g-3")  # g-3: owned by another live worker
+    groups = store.writer_stats.groups
+    batches = {sid: turn(2, "second") for sid in ids}
+    batches["g-4"] = turn(5, "gap")  # g-4: wrong seq
+    results = await asyncio.gather(
+        *(store.append(sid, batch) for sid, batch in batches.items()),
+        return_exceptions=True,
+    )
+    outcome = dict(zip(ids, results, strict=True))
+    assert isinstance(outcome["g-1"], SessionFencedError)
+    assert isinstance(outcome["g-3"], SessionLockedError)
+    assert isinstance(outcome["g-4"], SequenceError)
+    assert outcome["g-4"].expected == 2
+    assert store.writer_stats.groups == groups + 1, "the group was split"
+    for sid in ("g-0", "g-2", "g-5"):
+        assert outcome[sid] is None
+        assert len((await store.load(sid)).events) == 4
+    for sid in ("g-1", "g-3", "g-4"):
+        assert len((await store.load(sid)).events) == 2, f"{sid} wrote something"
+
+
+@pytest.mark.asyncio
+async def test_a_statement_error_in_a_group_fails_only_its_operation(
+    open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    store = open_store()
+    for sid in ("e-0", "e-1", "e-2"):
+        await store.create(meta(sid))
+        await store.append(sid, turn(0, "first"))
+    # A stray row where e-1's next flush goes: its insert violates the
+    # primary key, which aborts the whole transaction on the server.
+    raw_conn().execute(
+        "INSERT INTO events (session_id, seq, raw) VALUES ('e-1', 3, 'x')"
+    )
+    results = await asyncio.gather(
+        *(store.append(sid, turn(2, "second")) for sid in ("e-0", "e-1", "e-2")),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert results[2] is None
+    assert type(results[1]).__name__ == "StorageError"
+    assert "23505" in str(results[1])  # unique_violation, named
+    assert len((await store.load("e-0")).events) == 4
+    assert len((await store.load("e-2")).events) == 4
+
+
+# -- leases ----------------------------------------------------------------------
+
+
+def lease_until(conn: psycopg.Connection[Any], sid: str) -> float:
+    row = conn.execute(
+        "SELECT extract(epoch FROM lease_until) FROM sessions WHERE id = %s", (sid,)
+    ).fetchone()
+    assert row is not None
+    assert row[0] is not None
+    return float(row[0])
+
+
+@pytest.mark.asyncio
+async def test_a_live_owner_renews_its_lease(
+    open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    owner, other = open_store(lease_ms=600), open_store(lease_ms=600)
+    await owner.create(meta("r"))
+    await owner.append("r", turn(0, "first"))
+    conn = raw_conn()
+    first_deadline = lease_until(conn, "r")
+    # Two renewals later the deadline lies beyond the first one's.
+    await wait_for(
+        lambda: lease_until(conn, "r") > first_deadline + 0.3,
+        what="the lease to be renewed",
+    )
+    with pytest.raises(SessionLockedError):
+        await other.claim("r")
+
+
+@pytest.mark.asyncio
+async def test_a_dead_owners_lease_runs_out_and_it_is_fenced(
+    open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    owner, other = open_store(lease_ms=600), open_store(lease_ms=600)
+    await owner.create(meta("d"))
+    await owner.append("d", turn(0, "first"))
+    assert owner._opened is not None
+    owner._opened.renewer.cancel()  # the owner stops renewing, as a dead one would
+    with pytest.raises(SessionLockedError):
+        await other.claim("d")
+    conn = raw_conn()
+    deadline = lease_until(conn, "d")
+
+    def expired() -> bool:
+        row = conn.execute("SELECT extract(epoch FROM now())").fetchone()
+        return row is not None and float(row[0]) > deadline
+
+    await wait_for(expired, what="the lease deadline to pass")
+    await other.claim("d")  # no steal needed once the lease ran out
+    await other.append("d", turn(2, "new owner"))
+    with pytest.raises(SessionFencedError):
+        await owner.append("d", turn(2, "stale owner"))
+    events = (await other.load("d")).events
+    assert events[2:] == [r.raw for r in turn(2, "new owner")]
+
+
+@pytest.mark.asyncio
+async def test_an_abandoned_create_is_taken_over_once_its_lease_ran_out(
+    open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    first, second = open_store(lease_ms=600), open_store(lease_ms=600)
+    await first.create(meta("c"))
+    assert first._opened is not None
+    first._opened.renewer.cancel()
+    with pytest.raises(SessionLockedError):
+        await second.create(meta("c"))
+    conn = raw_conn()
+    deadline = lease_until(conn, "c")
+
+    def expired() -> bool:
+        row = conn.execute("SELECT extract(epoch FROM now())").fetchone()
+        return row is not None and float(row[0]) > deadline
+
+    await wait_for(expired, what="the lease deadline to pass")
+    await second.create(meta("c"))
+    await second.append("c", turn(0, "second"))
+    with pytest.raises(SessionFencedError):
+        await first.append("c", turn(0, "first"))
+
+
+# -- list, delete, entry point ---------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_list_is_served_by_its_index(
+    store: PostgresPersistence, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    await store.create(meta("seed"))
+    await store.append("seed", turn(0, "seed"))
+    conn = raw_conn()
+    conn.execute(
+        "INSERT INTO sessions (id, format_version, header, summary, updated_at,"
+        " next_seq) SELECT 'bulk-' || g, 1, json_build_object('id', 'bulk-' || g),"
+        " '{}', g % 700, 1 FROM generate_series(1, 5000) AS g"
+    )
+    conn.execute("ANALYZE sessions")
+    page = await store.list(limit=50)
+    assert page.next_cursor is not None
+    for query, params in (
+        (opened_queries(store).list_first, {"limit": 51}),
+        (
+            opened_queries(store).list_after,
+            {"updated_at": 350, "id": "bulk-9", "limit": 51},
+        ),
+    ):
+        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        nodes = list(walk(plan))
+        assert any(n.get("Index Name") == "sessions_by_update" for n in nodes), plan
+        assert not any(n["Node Type"] in ("Sort", "Seq Scan") for n in nodes), plan
+
+
+def opened_queries(store: PostgresPersistence) -> Any:
+    assert store._opened is not None
+    return store._opened.queries
+
+
+def walk(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(walk(child))
+    return nodes
+
+
+@pytest.mark.asyncio
+async def test_delete_removes_every_row_of_the_session_and_only_those(
+    store: PostgresPersistence, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    for sid in ("gone", "kept"):
+        await store.create(meta(sid))
+        await store.append(sid, turn(0, sid))
+        await store.append(sid, turn(2, sid))
+    await store.delete("gone")
+    conn = raw_conn()
+    counts = conn.execute(
+        "SELECT (SELECT count(*) FROM sessions WHERE id = 'gone'),"
+        " (SELECT count(*) FROM events WHERE session_id = 'gone'),"
+        " (SELECT count(*) FROM events WHERE session_id = 'kept')"
+    ).fetchone()
+    assert counts == (0, 0, 4)
+
+
+@pytest.mark.asyncio
+async def test_the_entry_point_selects_the_backend_by_configuration(
+    schema: str,
+) -> None:
+    from .conftest import DSN
+
+    config = Config(
+        persistence="postgres",
+        plugins=("postgres",),
+        backends={"postgres": {"dsn": DSN, "schema": schema, "lease_ms": "5000"}},
+    )
+    async with Host(config) as host:
+        backend = host.require_persistence()
+        assert isinstance(backend, PostgresPersistence)
+        assert backend.config.lease_ms == 5000
+        session = host.sessions.create()
+        session.append(UserMessage, UserMessageData(text="hello"))
+        await session.flush()
+        assert len((await backend.load(session.id)).events) == 1
