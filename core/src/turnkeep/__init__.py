@@ -37,6 +37,7 @@ from turnkeep.events import (
 from turnkeep.hookspecs import hookimpl
 from turnkeep.host import Host
 from turnkeep.ids import new_session_id, validate_session_id
+from turnkeep.loop import AgentLoop, TurnStream
 from turnkeep.memory import MemoryPersistence, MemoryStorage
 from turnkeep.messages import Message, ToolCallRequest, derive_messages, encode_messages
 from turnkeep.meta import (
@@ -46,13 +47,34 @@ from turnkeep.meta import (
     SessionMeta,
     SessionSummary,
 )
+from turnkeep.models import (
+    EchoModel,
+    Model,
+    ModelOutput,
+    ModelRequest,
+    Reply,
+    ScriptedCall,
+    ScriptedModel,
+    TextDelta,
+    ToolCallRequested,
+)
 from turnkeep.persistence import (
     LoadedSession,
     SessionPage,
     SessionPersistence,
     validate_backend,
 )
+from turnkeep.recovery import RecoveryReport
 from turnkeep.session import Session, SessionStore
+from turnkeep.steps import TurnResult
+from turnkeep.tools import (
+    FunctionTool,
+    Tool,
+    ToolContext,
+    ToolSpec,
+    function_tool,
+    replay_policy,
+)
 from turnkeep.writebehind import WriteBehind
 
 __version__ = "0.1.0"
@@ -61,21 +83,31 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "FORMAT_VERSION",
     "VOCABULARY",
+    "AgentLoop",
     "AssistantChunk",
     "AssistantChunkData",
     "AssistantMessage",
     "AssistantMessageData",
     "Clock",
     "Config",
+    "EchoModel",
     "EventCodec",
     "EventRecord",
     "ForkPoint",
+    "FunctionTool",
     "Host",
     "LoadedSession",
     "MemoryPersistence",
     "MemoryStorage",
     "Message",
+    "Model",
+    "ModelOutput",
+    "ModelRequest",
+    "RecoveryReport",
     "ReplayPolicy",
+    "Reply",
+    "ScriptedCall",
+    "ScriptedModel",
     "Session",
     "SessionEvent",
     "SessionHeader",
@@ -84,17 +116,24 @@ __all__ = [
     "SessionPersistence",
     "SessionStore",
     "SessionSummary",
+    "TextDelta",
+    "Tool",
     "ToolCall",
     "ToolCallData",
     "ToolCallRequest",
+    "ToolCallRequested",
+    "ToolContext",
     "ToolResult",
     "ToolResultData",
+    "ToolSpec",
     "TurnCheckpoint",
     "TurnCheckpointData",
     "TurnEnd",
     "TurnEndData",
+    "TurnResult",
     "TurnStart",
     "TurnStartData",
+    "TurnStream",
     "UserMessage",
     "UserMessageData",
     "WriteBehind",
@@ -102,10 +141,12 @@ __all__ = [
     "derive_messages",
     "encode_messages",
     "errors",
+    "function_tool",
     "hookimpl",
     "load_config",
     "new_session_id",
     "now_ms",
+    "replay_policy",
     "validate_backend",
     "validate_session_id",
 ]

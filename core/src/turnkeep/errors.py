@@ -23,6 +23,7 @@ __all__ = [
     "InvalidForkPointError",
     "InvalidSeedError",
     "InvalidSessionIdError",
+    "ModelError",
     "PersistenceConflictError",
     "PersistenceError",
     "PersistenceNotConfiguredError",
@@ -311,6 +312,15 @@ class TurnNotDurableError(TurnError):
     """
 
     code = "turn-not-durable"
+
+
+class ModelError(TurnError):
+    """The model could not produce a reply (a provider error, a finished script).
+
+    The loop ends the turn with status `failed` and this error's message.
+    """
+
+    code = "model"
 
 
 class ToolError(TurnkeepError):

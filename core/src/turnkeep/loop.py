@@ -1,0 +1,437 @@
+"""The agent loop: one turn at a time, each durable before the next begins.
+
+`AgentLoop` owns turn admission and the life of a turn around the steps that
+`turnkeep.steps` runs:
+
+- admission: one turn (or recovery) at a time per session, refused with
+  `TurnInProgressError` before anything changes; then the durability gate:
+  if the session holds events that are not durable (the last turn's flush
+  failed), the flush is retried once, and if it still fails the turn is
+  refused with `TurnNotDurableError`, the events kept in memory, in order;
+- a log that ends inside a turn (a crash) is recovered before a new turn;
+- every turn ends with `turn/end` and a flush; `cancel` ends a running turn
+  with status `cancelled`;
+- `recover` answers the calls a crash left without a result (unsafe ones as
+  *interrupted, outcome unknown*, safe ones by running them again) and then
+  closes the turn or continues it.
+
+Each turn runs in its own task, so `cancel` can reach it from anywhere and a
+streaming consumer (`stream_turn`) only watches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from turnkeep.errors import (
+    ConfigurationError,
+    FlushError,
+    TurnInProgressError,
+    TurnNotDurableError,
+)
+from turnkeep.events import SessionEvent
+from turnkeep.host import Host
+from turnkeep.models import Model
+from turnkeep.recovery import RecoveryReport, open_turn
+from turnkeep.session import Session
+from turnkeep.steps import Running, TurnResult, TurnRunner
+from turnkeep.tools import Tool, validate_tools
+
+__all__ = ["AgentLoop", "TurnResult", "TurnStream"]
+
+DEFAULT_MAX_STEPS: Final = 16
+"""Model calls allowed in one turn before it ends as `failed`."""
+
+
+@attrs.frozen
+class _NewTurn:
+    text: str
+
+
+@attrs.frozen
+class _Recover:
+    continue_turn: bool
+
+
+@attrs.frozen
+class _Outcome:
+    result: TurnResult | None = None
+    report: RecoveryReport | None = None
+
+
+@attrs.define(eq=False)
+class AgentLoop:
+    """Runs an agent's turns over durable sessions.
+
+    Build one with `AgentLoop.create` (a new session) or `await
+    AgentLoop.resume` (a stored session). The agent id names the agent; the
+    session ids name conversations; they are never derived from each other.
+
+    Attributes:
+        agent_id: the agent's id.
+        host: the host whose sessions the loop drives.
+        model: the model.
+        tools: the tools, by name.
+        session_id: the session this loop was created or resumed with.
+        resumed_from: the stored session `resume` loaded (else `None`).
+        instructions: standing instructions passed to the model.
+        max_steps: model calls allowed per turn.
+        recovery: what `resume` found and did (else `None`).
+        on_event: called with every event a turn or recovery of this loop
+            appends, as it is appended (for progress output).
+    """
+
+    agent_id: str
+    host: Host
+    model: Model
+    tools: Mapping[str, Tool]
+    session_id: str
+    resumed_from: str | None = None
+    instructions: str | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
+    recovery: RecoveryReport | None = None
+    on_event: Callable[[SessionEvent], None] | None = None
+    _running: dict[str, Running] = attrs.field(
+        init=False, factory=dict[str, Running], repr=False
+    )
+    _unsaved: set[str] = attrs.field(init=False, factory=set[str], repr=False)
+
+    # -- construction ------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        agent_id: str,
+        *,
+        host: Host,
+        model: Model,
+        tools: Iterable[Tool] = (),
+        session_id: str | None = None,
+        instructions: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        on_event: Callable[[SessionEvent], None] | None = None,
+    ) -> AgentLoop:
+        """Create a loop with a new live session (synchronous).
+
+        Args:
+            agent_id: the agent's id (any non-empty text).
+            host: a started host.
+            model: the model.
+            tools: the tools the model may call.
+            session_id: the new session's id (generated when omitted).
+            instructions: standing instructions for the model.
+            max_steps: model calls allowed per turn.
+            on_event: called with every event the loop's turns append.
+
+        Raises:
+            ConfigurationError: the agent id, tools or `max_steps` are invalid.
+            SessionExistsError: a live session already has `session_id`.
+        """
+        indexed = _check(agent_id, tools, max_steps)
+        session = host.sessions.create(session_id)
+        return cls(
+            agent_id=agent_id,
+            host=host,
+            model=model,
+            tools=indexed,
+            session_id=session.id,
+            instructions=instructions,
+            max_steps=max_steps,
+            on_event=on_event,
+        )
+
+    @classmethod
+    async def resume(
+        cls,
+        agent_id: str,
+        session_id: str,
+        *,
+        host: Host,
+        model: Model,
+        tools: Iterable[Tool] = (),
+        continue_turn: bool = False,
+        steal: bool = False,
+        instructions: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        on_event: Callable[[SessionEvent], None] | None = None,
+    ) -> AgentLoop:
+        """Load a stored session, recover it, and return a loop driving it.
+
+        Turn numbering continues after the stored log's last turn. If the log
+        ends inside a turn, `recover` runs first (see there); its report is
+        in `loop.recovery`.
+
+        Args:
+            agent_id: the agent's id.
+            session_id: the stored session to load.
+            host: a started host with a persistence backend.
+            model: the model.
+            tools: the tools (recovery re-runs only safe ones among them).
+            continue_turn: continue a cut-off turn by asking the model again,
+                instead of closing it as interrupted.
+            steal: take the session over from another owner (fencing it).
+            instructions: standing instructions for the model.
+            max_steps: model calls allowed per turn.
+            on_event: called with every event the loop appends, recovery's
+                included.
+
+        Raises:
+            PersistenceNotConfiguredError: the host has no backend.
+            SessionNotFoundError: nothing is stored under `session_id`.
+            SessionLockedError: another process drives the session.
+            FlushError: recovery's results could not be made durable (they
+                stay in memory; the next turn retries).
+        """
+        indexed = _check(agent_id, tools, max_steps)
+        host.require_persistence()
+        session = await host.sessions.resume(session_id, steal=steal)
+        loop = cls(
+            agent_id=agent_id,
+            host=host,
+            model=model,
+            tools=indexed,
+            session_id=session.id,
+            resumed_from=session_id,
+            instructions=instructions,
+            max_steps=max_steps,
+            on_event=on_event,
+        )
+        loop.recovery = await loop.recover(session.id, continue_turn=continue_turn)
+        return loop
+
+    def new_session(self, session_id: str | None = None) -> str:
+        """Start another live session for this agent and return its id."""
+        return self.host.sessions.create(session_id).id
+
+    # -- turns -------------------------------------------------------------
+
+    async def run_turn(self, session_id: str, user_input: str) -> TurnResult:
+        """Run one turn: the user's message, model calls and tools, until done.
+
+        Returns:
+            How the turn ended (`completed`, `failed` when the model failed
+            or a tool could not be made durable before it ran, `cancelled`).
+
+        Raises:
+            TurnInProgressError: a turn is already running on the session;
+                nothing was changed.
+            TurnNotDurableError: the previous turn is still not durable after
+                one more flush; the turn did not start.
+            FlushError: the turn ended but its final flush failed. Its
+                events stay in memory; the next turn retries the flush.
+            SessionNotFoundError: the session is not live.
+        """
+        running = self._start(session_id, _NewTurn(user_input))
+        outcome = await self._wait(running)
+        assert outcome.result is not None  # noqa: S101 - a new turn always has one
+        return outcome.result
+
+    def stream_turn(self, session_id: str, user_input: str) -> TurnStream:
+        """Start a turn and return an async iterator over its events.
+
+        Every event the turn appends is yielded as it is appended, ending with
+        its `turn/end`; `await stream.result()` gives the `TurnResult`. An
+        admission or durability error is raised by the iteration (and by
+        `result`). Abandoning the iteration does not stop the turn; use
+        `cancel` for that.
+
+        Raises:
+            TurnInProgressError: at once, if a turn is running on the session.
+        """
+        running = self._start(session_id, _NewTurn(user_input))
+        queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
+        running.sinks.append(queue.put_nowait)
+        task = running.task
+        assert task is not None  # noqa: S101 - set by _start
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        return TurnStream(queue, task)
+
+    async def recover(
+        self, session_id: str, *, continue_turn: bool = False
+    ) -> RecoveryReport:
+        """Finish a turn the log ends inside (after a crash); else do nothing.
+
+        Each call of that turn without a result is answered: an unsafe call
+        (or one whose tool is gone or no longer safe) gets a `tool/result`
+        with status `interrupted` saying its outcome is unknown, and these
+        are flushed before anything else happens; the tool is never run
+        again. A safe call is run again. Then the turn is closed with
+        `turn/end` status `interrupted`, or, with `continue_turn`, continued
+        by asking the model again with that history.
+
+        Raises:
+            TurnInProgressError: a turn is running on the session.
+            TurnNotDurableError: the session holds unsaved events that still
+                cannot be flushed.
+            FlushError: the interrupted results or the turn's end could not
+                be made durable (they stay in memory; the next turn retries).
+        """
+        running = self._start(session_id, _Recover(continue_turn))
+        outcome = await self._wait(running)
+        assert outcome.report is not None  # noqa: S101 - recovery always reports
+        return outcome.report
+
+    async def cancel(self, session_id: str) -> TurnResult | None:
+        """End the running turn of a session with `turn/end` status `cancelled`.
+
+        A model call or tool in flight is cancelled (a tool cancelled while it
+        ran gets an `interrupted` result); a flush in progress is let finish,
+        so what was durable stays durable and the turn stops right after it.
+
+        Returns:
+            The cancelled turn's result, or `None` if no turn was running.
+        """
+        running = self._running.get(session_id)
+        if running is None or running.task is None:
+            return None
+        running.cancel_requested = True
+        if running.phase in ("model", "tool"):
+            running.task.cancel()
+        outcome: _Outcome = await asyncio.shield(running.task)
+        return outcome.result
+
+    def running(self, session_id: str) -> bool:
+        """Whether a turn (or recovery) is running on the session."""
+        return session_id in self._running
+
+    async def close(self) -> None:
+        """Cancel running turns, then close the loop's session (flushing it).
+
+        Raises:
+            FlushError: the session could not be flushed; it stays live.
+        """
+        for session_id in list(self._running):
+            await self.cancel(session_id)
+        if any(s.id == self.session_id for s in self.host.sessions.list()):
+            await self.host.sessions.close(self.session_id)
+
+    # -- internals ---------------------------------------------------------
+
+    def _start(self, session_id: str, job: _NewTurn | _Recover) -> Running:
+        if session_id in self._running:
+            raise TurnInProgressError(
+                f"session {session_id!r} is already running a turn; wait for it "
+                "to end or cancel it (nothing was changed)"
+            )
+        session = self.host.sessions.get(session_id)
+        running = Running(session=session)
+        if self.on_event is not None:
+            running.sinks.append(self.on_event)
+        self._running[session_id] = running
+        running.task = asyncio.get_running_loop().create_task(
+            self._drive(running, job), name=f"turnkeep turn {session_id!r}"
+        )
+        return running
+
+    async def _wait(self, running: Running) -> _Outcome:
+        task = running.task
+        assert task is not None  # noqa: S101 - set by _start
+        try:
+            outcome: _Outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # Our caller was cancelled: end the turn cleanly, then pass it on.
+            if not task.done():
+                running.cancel_requested = True
+                if running.phase in ("model", "tool"):
+                    task.cancel()
+                await asyncio.wait([task])
+            raise
+        return outcome
+
+    async def _drive(self, running: Running, job: _NewTurn | _Recover) -> _Outcome:
+        try:
+            await self._admit(running)
+            runner = self._runner(running)
+            if isinstance(job, _Recover):
+                report, result = await runner.recover(continue_turn=job.continue_turn)
+                return _Outcome(result=result, report=report)
+            if open_turn(running.session.events) is not None:
+                await runner.recover(continue_turn=False)
+            return _Outcome(result=await runner.new_turn(job.text))
+        finally:
+            if self._running.get(running.session.id) is running:
+                del self._running[running.session.id]
+
+    async def _admit(self, running: Running) -> None:
+        """The durability gate: the previous turn must be durable (R7)."""
+        session = running.session
+        if not self._needs_flush(session):
+            return
+        unsaved = len(session.writes.pending)
+        running.phase = "flush"
+        try:
+            await self._flush(session)
+        except FlushError as exc:
+            raise TurnNotDurableError(
+                f"session {session.id!r}: the previous turn is not durable "
+                f"({unsaved} event(s) unsaved) and flushing it again failed: "
+                f"{exc}. The events stay in memory, in order; no new turn "
+                "starts until a flush lands."
+            ) from exc
+        finally:
+            running.phase = "between"
+
+    def _needs_flush(self, session: Session) -> bool:
+        if session.id in self._unsaved:
+            return True
+        return self.host.persistence_name is not None and not session.settled
+
+    async def _flush(self, session: Session) -> None:
+        try:
+            await session.flush()
+        except FlushError:
+            self._unsaved.add(session.id)
+            raise
+        self._unsaved.discard(session.id)
+
+    def _runner(self, running: Running) -> TurnRunner:
+        return TurnRunner(
+            agent_id=self.agent_id,
+            model=self.model,
+            tools=self.tools,
+            instructions=self.instructions,
+            max_steps=self.max_steps,
+            running=running,
+            flush=self._flush,
+        )
+
+
+@attrs.define(eq=False)
+class TurnStream:
+    """The events of one running turn, as an async iterator.
+
+    Made by `AgentLoop.stream_turn`.
+    """
+
+    _queue: asyncio.Queue[SessionEvent | None]
+    _task: asyncio.Task[_Outcome]
+
+    def __aiter__(self) -> AsyncIterator[SessionEvent]:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        item = await self._queue.get()
+        if item is None:
+            self._task.result()  # raises the turn's error, if any
+            raise StopAsyncIteration
+        return item
+
+    async def result(self) -> TurnResult:
+        """Wait for the turn to end and return its result."""
+        outcome = await asyncio.shield(self._task)
+        assert outcome.result is not None  # noqa: S101 - a new turn always has one
+        return outcome.result
+
+
+def _check(agent_id: Any, tools: Iterable[Tool], max_steps: int) -> dict[str, Tool]:
+    if not isinstance(agent_id, str) or not agent_id or "\x00" in agent_id:
+        raise ConfigurationError(
+            f"an agent id must be non-empty text without NUL, got {agent_id!r}"
+        )
+    if max_steps <= 0:
+        raise ConfigurationError(f"max_steps must be positive, got {max_steps}")
+    return validate_tools(tools)

@@ -1,0 +1,194 @@
+"""Models: the `Model` protocol, what it streams, and two offline models.
+
+Implemented by model adapters: `ScriptedModel` (deterministic replies, for
+tests and examples), `EchoModel` (repeats the user), and the optional
+OpenAI-compatible HTTP model (`turnkeep.openai_compat`, extra
+`turnkeep[openai]`). Consumed by `AgentLoop`, which turns every streamed
+`TextDelta` into an `assistant/chunk` event, the assembled text into an
+`assistant/message`, and every `ToolCallRequested` into a `tool/call`.
+
+A model sees only the history derived from the log (`derive_messages`), so
+the same log gives the same request whether the session was continued in
+memory or loaded from disk. A model keeps no state between calls that the
+log does not hold; `ScriptedModel` picks its reply from the history for
+exactly that reason, so a new process continues the script where the log
+ends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol, TypeAlias
+
+import attrs
+
+from turnkeep.errors import ModelError
+from turnkeep.messages import Message
+from turnkeep.tools import ToolSpec
+
+__all__ = [
+    "EchoModel",
+    "Model",
+    "ModelOutput",
+    "ModelRequest",
+    "Reply",
+    "ScriptedCall",
+    "ScriptedModel",
+    "TextDelta",
+    "ToolCallRequested",
+    "split_words",
+]
+
+
+@attrs.frozen
+class TextDelta:
+    """A streamed piece of the reply's text."""
+
+    text: str
+
+
+@attrs.frozen
+class ToolCallRequested:
+    """The model asks for a tool call.
+
+    The loop assigns the call its stable id; a provider's own id is not
+    needed, because history sent back to the model is derived from the log.
+
+    Attributes:
+        name: the tool's name.
+        arguments: the JSON arguments (an object).
+    """
+
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
+
+
+ModelOutput: TypeAlias = TextDelta | ToolCallRequested
+"""What a model streams: text pieces and tool call requests, in any order."""
+
+
+@attrs.frozen
+class ModelRequest:
+    """One model call.
+
+    Attributes:
+        messages: the history derived from the session's log.
+        tools: the tools the model may call.
+        instructions: the agent's standing instructions (a system prompt).
+        session_id: the session, for adapters that tag requests.
+        turn: the turn number.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    instructions: str | None = None
+    session_id: str = ""
+    turn: int = 0
+
+
+class Model(Protocol):
+    """Produces the assistant's reply to a history, streamed.
+
+    `stream` is an async iterator (usually an `async def` generator). Raise
+    `ModelError` for a failure the turn should report (the loop records the
+    turn as `failed`). The loop closes the iterator (`aclose`) when the turn
+    is cancelled.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        """Stream the reply to `request`."""
+        ...
+
+
+_WORD: Final = re.compile(r"\S+\s*|\s+")
+
+
+def split_words(text: str) -> list[str]:
+    """Split text into word-sized chunks that join back to exactly `text`."""
+    return _WORD.findall(text)
+
+
+@attrs.frozen
+class ScriptedCall:
+    """A tool call in a scripted reply."""
+
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
+
+
+@attrs.frozen
+class Reply:
+    """One scripted model call: text (streamed word by word), then tool calls."""
+
+    text: str = ""
+    calls: tuple[ScriptedCall, ...] = ()
+
+
+ReplyPicker: TypeAlias = Callable[[ModelRequest], Reply]
+
+
+def reply_index(request: ModelRequest) -> int:
+    """How many model calls the history already holds (its assistant messages)."""
+    return sum(1 for m in request.messages if m.role == "assistant")
+
+
+@attrs.define(eq=False)
+class ScriptedModel:
+    """A deterministic model: reply number *n* of the script for call *n*.
+
+    The position is the number of assistant messages in the history, so the
+    script is a function of the log: a process that resumes a session picks
+    up the script exactly where the durable log ends.
+
+    Args:
+        script: the replies in order, or a function choosing a reply for a
+            request.
+        requests: every request received, oldest first (for tests).
+
+    Raises (from `stream`):
+        ModelError: the script has no reply for this call.
+    """
+
+    script: Sequence[Reply] | ReplyPicker
+    requests: list[ModelRequest] = attrs.field(factory=list[ModelRequest])
+
+    def pick(self, request: ModelRequest) -> Reply:
+        """Return the reply for `request`."""
+        if callable(self.script):
+            return self.script(request)
+        index = reply_index(request)
+        if index >= len(self.script):
+            raise ModelError(
+                f"the scripted model has {len(self.script)} replies and was "
+                f"asked for reply #{index + 1}"
+            )
+        return self.script[index]
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        """Stream the chosen reply: its words, then its tool calls."""
+        self.requests.append(request)
+        reply = self.pick(request)
+        for piece in split_words(reply.text):
+            yield TextDelta(piece)
+        for call in reply.calls:
+            yield ToolCallRequested(call.name, dict(call.arguments))
+
+
+@attrs.define(eq=False)
+class EchoModel:
+    """Answers every user message by repeating it (no tools).
+
+    Args:
+        prefix: put before the echoed text.
+    """
+
+    prefix: str = "You said: "
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        """Stream `prefix` plus the last user message, word by word."""
+        last = next(
+            (m.content for m in reversed(request.messages) if m.role == "user"), ""
+        )
+        for piece in split_words(self.prefix + last):
+            yield TextDelta(piece)

@@ -1,0 +1,511 @@
+"""Inside one turn: the order of its events and its durability points.
+
+`TurnRunner` is what `AgentLoop` runs for one admitted turn (or recovery):
+
+    turn/start, user/message,
+    then per model call: assistant/chunk..., assistant/message, and per
+    requested tool: tool/call, [turn/checkpoint + flush if unsafe], the tool,
+    tool/result;
+    turn/end + flush.
+
+An `unsafe` tool runs only after its `tool/call` is durable (R8); if that
+flush fails the tool does not run, its call gets an `error` result saying
+so, and the turn ends `failed`. Every call gets exactly one result, whatever
+happens (the tool fails, is cancelled, the turn is cancelled before it
+runs), so the log pairs every call with one result except across a crash,
+which recovery repairs.
+
+Call ids are derived from the session id and the call's seq: unique, stable
+across crashes, and identical for the same log wherever it is continued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeAlias, TypeVar
+
+import attrs
+
+from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
+from turnkeep.events import (
+    AssistantChunk,
+    AssistantChunkData,
+    AssistantMessage,
+    AssistantMessageData,
+    SessionEvent,
+    ToolCall,
+    ToolCallData,
+    ToolResult,
+    ToolResultData,
+    ToolResultStatus,
+    TurnCheckpoint,
+    TurnCheckpointData,
+    TurnEnd,
+    TurnEndData,
+    TurnStart,
+    TurnStartData,
+    TurnStatus,
+    UserMessage,
+    UserMessageData,
+)
+from turnkeep.messages import INTERRUPTED_TOOL_OUTPUT, derive_messages
+from turnkeep.meta import SessionStatus
+from turnkeep.models import Model, ModelRequest, TextDelta, ToolCallRequested
+from turnkeep.recovery import RecoveryReport, last_turn_number, open_turn
+from turnkeep.session import Session
+from turnkeep.tools import Tool, ToolContext, replay_policy, tool_spec
+
+__all__ = [
+    "CANCELLED_SAFE_OUTPUT",
+    "CANCELLED_UNSAFE_OUTPUT",
+    "NOT_DURABLE_OUTPUT",
+    "NOT_RUN_CANCELLED_OUTPUT",
+    "Phase",
+    "Running",
+    "TurnResult",
+    "TurnRunner",
+    "call_id_for",
+]
+
+E = TypeVar("E", bound=SessionEvent)
+
+Phase: TypeAlias = Literal["admit", "model", "tool", "flush", "between", "end"]
+"""Where a running turn is; `cancel` interrupts only `model` and `tool`."""
+
+NOT_DURABLE_OUTPUT: Final = (
+    "[not run] The session could not be saved before this tool, which has "
+    "outside effects, so it was not executed."
+)
+NOT_RUN_CANCELLED_OUTPUT: Final = (
+    "[not run] The turn was cancelled before this tool started."
+)
+CANCELLED_UNSAFE_OUTPUT: Final = (
+    "[interrupted] The turn was cancelled while this tool ran. Its outcome is "
+    "unknown: inspect before repeating it."
+)
+CANCELLED_SAFE_OUTPUT: Final = (
+    "[interrupted] The turn was cancelled while this tool ran. It has no "
+    "outside effects and may be run again."
+)
+_CRASHED: Final = "the process stopped during this turn; recovered after restart"
+
+_SUMMARY_STATUS: Final[dict[TurnStatus, SessionStatus]] = {
+    "completed": "idle",
+    "cancelled": "idle",
+    "failed": "failed",
+    "interrupted": "interrupted",
+}
+
+
+def call_id_for(session_id: str, seq: int) -> str:
+    """The stable id of the tool call at `seq` of session `session_id`."""
+    digest = hashlib.blake2b(
+        f"{session_id}\x00{seq}".encode(), digest_size=10
+    ).hexdigest()
+    return f"call_{digest}"
+
+
+@attrs.frozen
+class TurnResult:
+    """How a turn ended.
+
+    Attributes:
+        session_id: the session.
+        turn: the turn number.
+        status: `completed`, `failed`, `cancelled` or `interrupted`.
+        text: the last assistant message of the turn (may be empty).
+        error: why, when `status` is not `completed`.
+        start_seq: the seq of the turn's `turn/start`.
+        end_seq: the seq of its `turn/end`.
+    """
+
+    session_id: str
+    turn: int
+    status: TurnStatus
+    text: str = ""
+    error: str | None = None
+    start_seq: int = 0
+    end_seq: int = 0
+
+
+@attrs.define(eq=False)
+class Running:
+    """The loop's record of a turn in progress on one session.
+
+    Attributes:
+        session: the session.
+        task: the task running the turn.
+        sinks: called with every event the turn appends (streaming).
+        phase: where the turn is.
+        cancel_requested: `cancel` was called; the turn stops at the next
+            step boundary (or now, if a model call or tool is in flight).
+    """
+
+    session: Session
+    task: asyncio.Task[Any] | None = None
+    sinks: list[Callable[[SessionEvent], None]] = attrs.field(
+        factory=list[Callable[[SessionEvent], None]]
+    )
+    phase: Phase = "admit"
+    cancel_requested: bool = False
+
+
+class _Cancelled(Exception):
+    """The turn saw a cancel request at a step boundary."""
+
+
+class _NotDurable(Exception):
+    """A durability point before an unsafe tool failed."""
+
+
+class _StepLimit(Exception):
+    """The model kept calling tools past `max_steps`."""
+
+
+@attrs.define(eq=False)
+class TurnRunner:
+    """Runs one admitted turn, or the recovery of a cut-off one."""
+
+    agent_id: str
+    model: Model
+    tools: Mapping[str, Tool]
+    instructions: str | None
+    max_steps: int
+    running: Running
+    flush: Callable[[Session], Awaitable[None]]
+
+    @property
+    def session(self) -> Session:
+        """The session."""
+        return self.running.session
+
+    # -- entry points --------------------------------------------------------
+
+    async def new_turn(self, text: str) -> TurnResult:
+        """Start the next turn with the user's message and run it to its end."""
+        session = self.session
+        turn = last_turn_number(session.events) + 1
+        start = self._emit(TurnStart, TurnStartData(turn=turn))
+        first_line = text.strip().splitlines()[0] if text.strip() else ""
+        if session.summary.first_prompt is None:
+            session.set_summary(title=first_line[:80] or None, first_prompt=text[:500])
+        session.set_summary(status="active")
+        return await self._finish(
+            turn, start.seq, user_text=text, rerun=(), ask_model=True
+        )
+
+    async def recover(
+        self, *, continue_turn: bool
+    ) -> tuple[RecoveryReport, TurnResult | None]:
+        """Answer the open turn's unanswered calls, then close or continue it."""
+        session = self.session
+        found = open_turn(session.events)
+        if found is None:
+            return RecoveryReport(session_id=session.id), None
+        names = {c.data.call_id: c.data.name for c in found.unanswered}
+        interrupted: list[str] = []
+        rerun: list[ToolCallData] = []
+        for call in found.unanswered:
+            if self._may_rerun(call.data):
+                rerun.append(call.data)
+                continue
+            self._result(call.data.call_id, INTERRUPTED_TOOL_OUTPUT, "interrupted")
+            interrupted.append(call.data.call_id)
+        if interrupted:
+            # The interrupted results are durable before anything else runs
+            # (R8): a crash from here on finds them answered.
+            self._emit(
+                TurnCheckpoint, TurnCheckpointData(turn=found.turn, reason="recovery")
+            )
+            await self._durability_point()
+        result = await self._finish(
+            found.turn,
+            found.start_seq,
+            user_text=None,
+            rerun=rerun,
+            ask_model=continue_turn,
+        )
+        report = RecoveryReport(
+            session_id=session.id,
+            turn=found.turn,
+            interrupted=tuple(interrupted),
+            rerun=tuple(c.call_id for c in rerun),
+            continued=continue_turn,
+            names=names,
+        )
+        return report, result
+
+    # -- the turn ------------------------------------------------------------
+
+    async def _finish(
+        self,
+        turn: int,
+        start_seq: int,
+        *,
+        user_text: str | None,
+        rerun: Sequence[ToolCallData],
+        ask_model: bool,
+    ) -> TurnResult:
+        status: TurnStatus = "completed"
+        error: str | None = None
+        text = ""
+        try:
+            if user_text is not None:
+                self._emit(UserMessage, UserMessageData(text=user_text))
+            for data in rerun:
+                self._check_cancel()
+                await self._execute(turn, data, self.tools[data.name], rerun=True)
+            if ask_model:
+                text = await self._steps(turn)
+            else:
+                status, error = "interrupted", _CRASHED
+        except _Cancelled:
+            status, error = "cancelled", "cancelled by the caller"
+        except asyncio.CancelledError:
+            if not self.running.cancel_requested:
+                raise  # not ours (e.g. the event loop shuts down): like a crash
+            _uncancel()
+            status, error = "cancelled", "cancelled by the caller"
+        except _NotDurable as exc:
+            status, error = "failed", str(exc)
+        except _StepLimit:
+            status = "failed"
+            error = f"the model called tools {self.max_steps} times without finishing"
+        except (ModelError, EventRejectedError) as exc:
+            status, error = "failed", str(exc)
+        except Exception as exc:
+            # An unexpected error still closes the turn, so the log never
+            # keeps a turn open that no crash cut off; then it propagates.
+            description = f"{type(exc).__name__}: {exc}"
+            # If its flush fails too, the original error matters more; the
+            # next turn retries the flush.
+            with contextlib.suppress(FlushError):
+                await self._end(turn, start_seq, "failed", description, text)
+            raise
+        return await self._end(turn, start_seq, status, error, text)
+
+    async def _steps(self, turn: int) -> str:
+        for _ in range(self.max_steps):
+            self._check_cancel()
+            text, calls = await self._call_model(turn)
+            if not calls:
+                return text
+            for request in calls:
+                self._check_cancel()
+                await self._call_tool(turn, request)
+        raise _StepLimit
+
+    async def _end(
+        self,
+        turn: int,
+        start_seq: int,
+        status: TurnStatus,
+        error: str | None,
+        text: str,
+    ) -> TurnResult:
+        self.running.phase = "end"
+        end = self._emit(TurnEnd, TurnEndData(turn=turn, status=status, error=error))
+        self.session.set_summary(status=_SUMMARY_STATUS[status])
+        await self.flush(self.session)
+        return TurnResult(
+            session_id=self.session.id,
+            turn=turn,
+            status=status,
+            text=text,
+            error=error,
+            start_seq=start_seq,
+            end_seq=end.seq,
+        )
+
+    # -- model calls ---------------------------------------------------------
+
+    async def _call_model(self, turn: int) -> tuple[str, list[ToolCallRequested]]:
+        session = self.session
+        request = ModelRequest(
+            messages=tuple(derive_messages(session.events)),
+            tools=tuple(tool_spec(t) for t in self.tools.values()),
+            instructions=self.instructions,
+            session_id=session.id,
+            turn=turn,
+        )
+        parts: list[str] = []
+        calls: list[ToolCallRequested] = []
+        self.running.phase = "model"
+        stream = self.model.stream(request)
+        try:
+            async for item in stream:
+                if isinstance(item, TextDelta):
+                    if item.text:
+                        self._emit(AssistantChunk, AssistantChunkData(text=item.text))
+                        parts.append(item.text)
+                elif isinstance(item, ToolCallRequested):  # pyright: ignore[reportUnnecessaryIsInstance]
+                    calls.append(item)
+                else:
+                    raise ModelError(
+                        f"the model streamed a {type(item).__name__}; expected "
+                        "TextDelta or ToolCallRequested"
+                    )
+        except (ModelError, EventRejectedError):
+            raise
+        except Exception as exc:
+            # A model adapter's own failure ends the turn as failed, named by
+            # its type, instead of escaping and leaving the turn open.
+            raise ModelError(f"the model failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            self.running.phase = "between"
+        text = "".join(parts)
+        # Always recorded, even empty: it marks where this model call's tool
+        # calls begin, so history keeps one assistant message per call.
+        self._emit(AssistantMessage, AssistantMessageData(text=text))
+        return text, calls
+
+    # -- tool calls ----------------------------------------------------------
+
+    async def _call_tool(self, turn: int, request: ToolCallRequested) -> None:
+        session = self.session
+        tool = self.tools.get(request.name)
+        replay = replay_policy(tool) if tool is not None else "unsafe"
+        call_id = call_id_for(session.id, session.next_seq)
+        arguments = dict(request.arguments)
+        try:
+            self._emit(
+                ToolCall,
+                ToolCallData(
+                    call_id=call_id,
+                    name=request.name,
+                    arguments=arguments,
+                    replay=replay,
+                ),
+            )
+        except EventRejectedError as exc:
+            self._emit(
+                ToolCall,
+                ToolCallData(
+                    call_id=call_id, name=request.name, arguments={}, replay=replay
+                ),
+            )
+            self._result(
+                call_id,
+                f"[not run] its arguments could not be recorded: {exc}",
+                "error",
+            )
+            return
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            self._result(
+                call_id,
+                f"[not run] There is no tool named {request.name!r} (tools: {known}).",
+                "error",
+            )
+            return
+        if replay == "unsafe":
+            self._emit(
+                TurnCheckpoint, TurnCheckpointData(turn=turn, reason="unsafe-tool")
+            )
+            try:
+                await self._durability_point()
+            except FlushError as exc:
+                self._result(call_id, NOT_DURABLE_OUTPUT, "error")
+                raise _NotDurable(
+                    f"the tool call {call_id} ({request.name}) could not be made "
+                    f"durable before it ran, so it did not run: {exc}"
+                ) from exc
+            if self.running.cancel_requested:
+                self._result(call_id, NOT_RUN_CANCELLED_OUTPUT, "error")
+                raise _Cancelled
+        data = ToolCallData(
+            call_id=call_id, name=request.name, arguments=arguments, replay=replay
+        )
+        await self._execute(turn, data, tool, rerun=False)
+
+    async def _execute(
+        self, turn: int, data: ToolCallData, tool: Tool, *, rerun: bool
+    ) -> None:
+        context = ToolContext(
+            call_id=data.call_id,
+            session_id=self.session.id,
+            agent_id=self.agent_id,
+            turn=turn,
+            rerun=rerun,
+        )
+        status: ToolResultStatus = "ok"
+        self.running.phase = "tool"
+        try:
+            # A copy: a tool that mutates its arguments must not change the
+            # logged call under the log's feet.
+            output = await tool.run(copy.deepcopy(data.arguments), context)
+            if not isinstance(output, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+                output = f"the tool returned {type(output).__name__}, not text"
+                status = "error"
+        except ToolError as exc:
+            output, status = str(exc) or type(exc).__name__, "error"
+        except asyncio.CancelledError:
+            self.running.phase = "between"
+            unsafe = data.replay != "safe"
+            self._result(
+                data.call_id,
+                CANCELLED_UNSAFE_OUTPUT if unsafe else CANCELLED_SAFE_OUTPUT,
+                "interrupted",
+            )
+            raise
+        except Exception as exc:  # noqa: BLE001 - a tool's own failure is the model's to see and handle; the turn goes on
+            output, status = f"{type(exc).__name__}: {exc}", "error"
+        finally:
+            self.running.phase = "between"
+        self._result(data.call_id, output, status)
+
+    def _may_rerun(self, data: ToolCallData) -> bool:
+        tool = self.tools.get(data.name)
+        return (
+            data.replay == "safe" and tool is not None and replay_policy(tool) == "safe"
+        )
+
+    # -- events and durability ----------------------------------------------
+
+    async def _durability_point(self) -> None:
+        self.running.phase = "flush"
+        try:
+            await self.flush(self.session)
+        finally:
+            self.running.phase = "between"
+
+    def _check_cancel(self) -> None:
+        if self.running.cancel_requested:
+            raise _Cancelled
+
+    def _emit(self, kind: type[E], data: object) -> E:
+        event = self.session.append(kind, data)
+        for sink in self.running.sinks:
+            sink(event)
+        return event
+
+    def _result(self, call_id: str, output: str, status: ToolResultStatus) -> None:
+        try:
+            self._emit(
+                ToolResult,
+                ToolResultData(call_id=call_id, output=output, status=status),
+            )
+        except EventRejectedError as exc:
+            # Keep the pairing: a result that cannot be stored becomes a short
+            # error result instead of no result at all.
+            self._emit(
+                ToolResult,
+                ToolResultData(
+                    call_id=call_id,
+                    output=f"[output not recorded] {exc}",
+                    status="error",
+                ),
+            )
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()

@@ -1,0 +1,69 @@
+"""The coding agent: an `AgentLoop` with the workspace tools and a model.
+
+The model is the OpenAI-compatible one when the environment configures it
+(`TURNKEEP_OPENAI_MODEL`, see `turnkeep.openai_compat`), else the scripted
+demo model, so the agent runs offline by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from coding_agent.script import scripted_model
+from coding_agent.tools import workspace_tools
+from coding_agent.workspace import Workspace
+from turnkeep import AgentLoop, Host, Model, SessionEvent, Tool
+
+__all__ = ["AGENT_ID", "INSTRUCTIONS", "choose_model", "open_agent"]
+
+AGENT_ID: Final = "coding-agent"
+INSTRUCTIONS: Final = (
+    "You are a careful coding agent working in one workspace directory. Use "
+    "the tools to read, write and run things there. A tool result marked "
+    "[interrupted] means the call may or may not have taken effect: inspect "
+    "the workspace before repeating it."
+)
+
+
+def choose_model() -> tuple[Model, str]:
+    """The configured model and a description of it for humans."""
+    from turnkeep.openai_compat import OpenAIConfig, OpenAIModel
+
+    config = OpenAIConfig.from_env()
+    if config is None:
+        return scripted_model(), "scripted (offline)"
+    return OpenAIModel(config), f"{config.model} at {config.base_url}"
+
+
+async def open_agent(
+    host: Host,
+    workspace: Workspace,
+    *,
+    model: Model,
+    session_id: str | None = None,
+    continue_turn: bool = False,
+    on_event: Callable[[SessionEvent], None] | None = None,
+    wrap: Callable[[Sequence[Tool]], Sequence[Tool]] = lambda tools: tools,
+) -> AgentLoop:
+    """Start a new session, or resume (and recover) a stored one."""
+    tools = wrap(workspace_tools(workspace))
+    if session_id is None:
+        return AgentLoop.create(
+            AGENT_ID,
+            host=host,
+            model=model,
+            tools=tools,
+            instructions=INSTRUCTIONS,
+            on_event=on_event,
+        )
+    return await AgentLoop.resume(
+        AGENT_ID,
+        session_id,
+        host=host,
+        model=model,
+        tools=tools,
+        continue_turn=continue_turn,
+        instructions=INSTRUCTIONS,
+        on_event=on_event,
+    )

@@ -1,0 +1,180 @@
+"""The coding agent's command line.
+
+    coding-agent --workspace DIR [TASK ...]                 start a task
+    coding-agent --workspace DIR --session ID [--continue]  resume after a crash
+
+Progress is printed in plain words as events are appended. On resume, what
+recovery found is printed first; with `--continue` a turn cut off by a crash
+is continued (the model sees which calls were interrupted), otherwise it is
+closed as interrupted. The persistence plugin comes from configuration
+(`turnkeep.toml`, `TURNKEEP_PERSISTENCE`), never from flags.
+
+For the crash demo, `CODING_AGENT_HOLD_AFTER=<tool>` makes that tool hold
+still after it has done its work, before its result reaches the session, as
+if the machine froze there; the line `[hold] ...` announces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from coding_agent.agent import choose_model, open_agent
+from coding_agent.script import TASK
+from coding_agent.workspace import Workspace
+from turnkeep import (
+    AssistantMessage,
+    Host,
+    SessionEvent,
+    Tool,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+    load_config,
+    replay_policy,
+)
+from turnkeep.errors import TurnkeepError
+
+__all__ = ["describe", "main", "run"]
+
+HOLD_VARIABLE = "CODING_AGENT_HOLD_AFTER"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coding-agent", description="A durable coding agent over a workspace."
+    )
+    parser.add_argument("--workspace", required=True, type=Path)
+    parser.add_argument("--session", help="resume this stored session")
+    parser.add_argument(
+        "--continue",
+        dest="continue_turn",
+        action="store_true",
+        help="continue a turn a crash cut off (instead of closing it)",
+    )
+    parser.add_argument("task", nargs="*", help="what to do (a new turn)")
+    return parser
+
+
+def describe(event: SessionEvent) -> str | None:
+    """One plain line for an event (`None`: not worth a line)."""
+    if isinstance(event, TurnStart):
+        return f"-- turn {event.data.turn} --"
+    if isinstance(event, UserMessage):
+        return f"you:   {event.data.text}"
+    if isinstance(event, AssistantMessage) and event.data.text:
+        return f"agent: {event.data.text}"
+    if isinstance(event, ToolCall):
+        note = (
+            " (saved before it runs: it changes things)"
+            if event.data.replay == "unsafe"
+            else ""
+        )
+        return f"  -> {event.data.name} {_brief(event.data.arguments)}{note}"
+    if isinstance(event, ToolResult):
+        first = event.data.output.strip().splitlines()[0] if event.data.output else ""
+        return f"  <- {event.data.status}: {first[:100]}"
+    if isinstance(event, TurnEnd):
+        return f"-- turn {event.data.turn} {event.data.status} --"
+    return None
+
+
+def _brief(arguments: Mapping[str, Any]) -> str:
+    parts = [
+        f"{k}={v!r}" if len(repr(v)) <= 60 else f"{k}=<{len(str(v))} chars>"
+        for k, v in arguments.items()
+    ]
+    return " ".join(parts)
+
+
+def _print_event(event: SessionEvent) -> None:
+    line = describe(event)
+    if line is not None:
+        print(line, flush=True)
+
+
+@attrs.frozen
+class _Held:
+    """Runs a tool, then never returns (the crash demo's frozen moment)."""
+
+    tool: Tool
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def description(self) -> str:
+        return self.tool.description
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        return self.tool.parameters
+
+    @property
+    def replay(self) -> str:
+        return replay_policy(self.tool)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        await self.tool.run(arguments, context)
+        print(
+            f"[hold] {self.name} has done its work; its result is not saved yet",
+            flush=True,
+        )
+        await asyncio.Event().wait()  # until the process is killed
+        raise AssertionError("unreachable")
+
+
+def _hold(tools: Sequence[Tool]) -> Sequence[Tool]:
+    held = os.environ.get(HOLD_VARIABLE)
+    return [_Held(t) if t.name == held else t for t in tools]
+
+
+async def run(argv: Sequence[str]) -> int:
+    """Run the command line with `argv`; return the exit status."""
+    args = _parser().parse_args(argv)
+    task = " ".join(args.task)
+    if args.session is None and not task:
+        task = TASK
+    workspace = Workspace(args.workspace)
+    model, model_name = choose_model()
+    async with Host(load_config()) as host:
+        store = host.persistence_name or "none (nothing outlives this process)"
+        print(f"store: {store}; model: {model_name}; workspace: {workspace.root}")
+        agent = await open_agent(
+            host,
+            workspace,
+            model=model,
+            session_id=args.session,
+            continue_turn=args.continue_turn,
+            on_event=_print_event,
+            wrap=_hold,
+        )
+        print(f"session: {agent.session_id}", flush=True)
+        if agent.recovery is not None:
+            print(agent.recovery.describe(), flush=True)
+        if task:
+            await agent.run_turn(agent.session_id, task)
+        await agent.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `coding-agent`."""
+    try:
+        return asyncio.run(run(sys.argv[1:] if argv is None else argv))
+    except TurnkeepError as exc:
+        print(f"coding-agent: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

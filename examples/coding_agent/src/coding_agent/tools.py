@@ -1,0 +1,305 @@
+"""The coding agent's tools, confined to one `Workspace`.
+
+Safe (may be re-run after a crash): `read_file`, `list_dir`, `search`.
+Unsafe (never re-run; reported as interrupted after a crash): `write_file`,
+`apply_patch`, `run_command`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+import signal
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from coding_agent.workspace import Workspace
+from turnkeep.errors import ToolError
+from turnkeep.events import ReplayPolicy
+from turnkeep.tools import Tool, ToolContext, int_argument, str_argument
+
+__all__ = [
+    "ApplyPatch",
+    "ListDir",
+    "ReadFile",
+    "RunCommand",
+    "Search",
+    "WriteFile",
+    "workspace_tools",
+]
+
+MAX_OUTPUT: Final = 16 * 1024
+"""The most command output handed back to the model."""
+MAX_MATCHES: Final = 50
+_SKIP_DIRS: Final = frozenset({".git", "__pycache__", ".venv", "node_modules"})
+
+
+def _schema(**properties: dict[str, Any]) -> dict[str, Any]:
+    required = [k for k, v in properties.items() if not v.pop("optional", False)]
+    return {"type": "object", "properties": properties, "required": required}
+
+
+@attrs.frozen
+class ReadFile:
+    """Read a text file of the workspace."""
+
+    workspace: Workspace
+    name: str = attrs.field(default="read_file", init=False)
+    description: str = attrs.field(
+        default="Read a text file (path relative to the workspace).", init=False
+    )
+    parameters: dict[str, Any] = attrs.field(
+        factory=lambda: _schema(path={"type": "string"}), init=False
+    )
+    replay: ReplayPolicy = attrs.field(default="safe", init=False)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Return the file's text."""
+        path = str_argument(arguments, "path")
+        return await asyncio.to_thread(self.workspace.read_text, path)
+
+
+@attrs.frozen
+class ListDir:
+    """List a directory of the workspace."""
+
+    workspace: Workspace
+    name: str = attrs.field(default="list_dir", init=False)
+    description: str = attrs.field(
+        default=(
+            "List a directory (default: the workspace root). Directories end in "
+            "'/', symlinks in '@'."
+        ),
+        init=False,
+    )
+    parameters: dict[str, Any] = attrs.field(
+        factory=lambda: _schema(path={"type": "string", "optional": True}), init=False
+    )
+    replay: ReplayPolicy = attrs.field(default="safe", init=False)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Return one entry per line."""
+        path = self.workspace.resolve(str_argument(arguments, "path", "."))
+        return await asyncio.to_thread(self._list, path)
+
+    def _list(self, path: os.PathLike[str]) -> str:
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except FileNotFoundError:
+            raise ToolError("no such directory") from None
+        except NotADirectoryError:
+            raise ToolError("not a directory") from None
+        names = [
+            e.name + ("@" if e.is_symlink() else "/" if e.is_dir() else "")
+            for e in entries
+        ]
+        return "\n".join(names) if names else "(empty)"
+
+
+@attrs.frozen
+class Search:
+    """Find lines containing a text in the workspace's files."""
+
+    workspace: Workspace
+    name: str = attrs.field(default="search", init=False)
+    description: str = attrs.field(
+        default=(
+            "Find lines containing `text` (plain text, case-sensitive) in files "
+            "under `path` (default: everywhere). Prints path:line: text."
+        ),
+        init=False,
+    )
+    parameters: dict[str, Any] = attrs.field(
+        factory=lambda: _schema(
+            text={"type": "string"}, path={"type": "string", "optional": True}
+        ),
+        init=False,
+    )
+    replay: ReplayPolicy = attrs.field(default="safe", init=False)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Return up to `MAX_MATCHES` matching lines."""
+        text = str_argument(arguments, "text")
+        if not text:
+            raise ToolError("`text` must not be empty")
+        start = self.workspace.resolve(str_argument(arguments, "path", "."))
+        return await asyncio.to_thread(self._search, text, str(start))
+
+    def _search(self, text: str, start: str) -> str:
+        pattern = re.compile(re.escape(text))
+        matches: list[str] = []
+        # Symlinks are never followed, so the walk cannot leave the workspace.
+        for directory, dirs, files in os.walk(start, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+            for filename in sorted(files):
+                full = os.path.join(directory, filename)
+                if os.path.islink(full):
+                    continue
+                relative = os.path.relpath(full, self.workspace.root)
+                try:
+                    lines = self.workspace.read_text(relative).splitlines()
+                except ToolError:
+                    continue
+                for number, line in enumerate(lines, start=1):
+                    if pattern.search(line):
+                        matches.append(f"{relative}:{number}: {line.strip()}")
+                        if len(matches) >= MAX_MATCHES:
+                            return "\n".join([*matches, "[... more matches cut]"])
+        return "\n".join(matches) if matches else "no matches"
+
+
+@attrs.frozen
+class WriteFile:
+    """Write a file of the workspace (replacing it)."""
+
+    workspace: Workspace
+    name: str = attrs.field(default="write_file", init=False)
+    description: str = attrs.field(
+        default="Write `content` to the file at `path` (replaces it).", init=False
+    )
+    parameters: dict[str, Any] = attrs.field(
+        factory=lambda: _schema(path={"type": "string"}, content={"type": "string"}),
+        init=False,
+    )
+    replay: ReplayPolicy = attrs.field(default="unsafe", init=False)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Write the file and say how much was written."""
+        path = str_argument(arguments, "path")
+        content = str_argument(arguments, "content")
+        size = await asyncio.to_thread(self.workspace.write_text, path, content)
+        return f"wrote {size} bytes to {path}"
+
+
+@attrs.frozen
+class ApplyPatch:
+    """Replace exact text in a file of the workspace."""
+
+    workspace: Workspace
+    name: str = attrs.field(default="apply_patch", init=False)
+    description: str = attrs.field(
+        default=(
+            "Edit the file at `path`: replace `old` (which must occur exactly once) "
+            "with `new`."
+        ),
+        init=False,
+    )
+    parameters: dict[str, Any] = attrs.field(
+        factory=lambda: _schema(
+            path={"type": "string"}, old={"type": "string"}, new={"type": "string"}
+        ),
+        init=False,
+    )
+    replay: ReplayPolicy = attrs.field(default="unsafe", init=False)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Apply the edit, or refuse it if `old` is missing or ambiguous."""
+        path = str_argument(arguments, "path")
+        old = str_argument(arguments, "old")
+        new = str_argument(arguments, "new")
+        if not old:
+            raise ToolError("`old` must not be empty")
+        return await asyncio.to_thread(self._patch, path, old, new)
+
+    def _patch(self, path: str, old: str, new: str) -> str:
+        text = self.workspace.read_text(path, limit=8 * 1024 * 1024)
+        count = text.count(old)
+        if count != 1:
+            raise ToolError(
+                f"`old` occurs {count} times in {path}; it must occur exactly once"
+            )
+        self.workspace.write_text(path, text.replace(old, new, 1))
+        return f"patched {path}"
+
+
+@attrs.frozen
+class RunCommand:
+    """Run a command in the workspace directory, with a timeout.
+
+    The command is split like a shell would (no shell runs it) and started in
+    its own process group, which is killed on timeout or cancellation. The
+    call id is in its environment as `TURNKEEP_CALL_ID`, for commands that
+    want an idempotency key. It is not a sandbox: it runs as this user.
+    """
+
+    workspace: Workspace
+    default_timeout: int = 60
+    max_timeout: int = 600
+    name: str = attrs.field(default="run_command", init=False)
+    description: str = attrs.field(
+        default=(
+            "Run a command (split like a shell, no shell features) in the workspace "
+            "directory; returns its exit status and output. `timeout` in seconds."
+        ),
+        init=False,
+    )
+    parameters: dict[str, Any] = attrs.field(
+        factory=lambda: _schema(
+            command={"type": "string"}, timeout={"type": "integer", "optional": True}
+        ),
+        init=False,
+    )
+    replay: ReplayPolicy = attrs.field(default="unsafe", init=False)
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Run the command; report its exit status and (cut) output."""
+        command = str_argument(arguments, "command")
+        timeout = int_argument(arguments, "timeout", self.default_timeout)
+        if not 0 < timeout <= self.max_timeout:
+            raise ToolError(f"`timeout` must be 1..{self.max_timeout} seconds")
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise ToolError(f"cannot split the command: {exc}") from None
+        if not argv:
+            raise ToolError("the command is empty")
+        env = dict(os.environ, TURNKEEP_CALL_ID=context.call_id)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self.workspace.root,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(), timeout)
+        except TimeoutError:
+            await _kill(process)
+            raise ToolError(
+                f"the command did not finish within {timeout} s and was killed"
+            ) from None
+        except asyncio.CancelledError:
+            await _kill(process)
+            raise
+        text = output[:MAX_OUTPUT].decode("utf-8", "replace")
+        if len(output) > MAX_OUTPUT:
+            text += f"\n[... output cut at {MAX_OUTPUT} bytes]"
+        return f"exit status {process.returncode}\n{text}"
+
+
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
+def workspace_tools(workspace: Workspace) -> list[Tool]:
+    """The six tools over `workspace`."""
+    return [
+        ReadFile(workspace),
+        ListDir(workspace),
+        Search(workspace),
+        WriteFile(workspace),
+        ApplyPatch(workspace),
+        RunCommand(workspace),
+    ]
