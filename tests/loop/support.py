@@ -221,6 +221,8 @@ class Gated:
         fail: appends for which this returns true raise `StorageError`
             without reaching `inner`.
         appends: `(session_id, first seq, count, ok)` of every append.
+        hold: when set, each append waits for this event before landing.
+        entered: set when an append starts (to wait for a flush in flight).
     """
 
     inner: SessionPersistence
@@ -229,12 +231,17 @@ class Gated:
     appends: list[tuple[str, int, int, bool]] = attrs.field(
         factory=list[tuple[str, int, int, bool]]
     )
+    hold: asyncio.Event | None = None
+    entered: asyncio.Event = attrs.field(factory=asyncio.Event)
 
     async def create(self, meta: SessionMeta) -> None:
         await self.inner.create(meta)
 
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
         first = events[0].seq if events else -1
+        self.entered.set()
+        if self.hold is not None:
+            await self.hold.wait()
         if self.fail(session_id, events):
             self.appends.append((session_id, first, len(events), False))
             raise StorageError(f"injected failure appending to {session_id!r}")
