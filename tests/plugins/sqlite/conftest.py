@@ -176,7 +176,7 @@ class Worker:
 
     def __init__(self, **popen: Any) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT), "serve"],
+            [sys.executable, "-X", "faulthandler", str(WORKER_SCRIPT), "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             **popen,

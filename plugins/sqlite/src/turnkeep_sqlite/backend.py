@@ -39,12 +39,16 @@ from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
     FileIdentity,
     check_identity,
+    in_use,
     prepare_database_file,
+    registry_lock,
     tighten_sidecars,
+    track,
+    untrack,
 )
 from turnkeep_sqlite.owner import current_identity, live_tokens
 from turnkeep_sqlite.reads import Readers
-from turnkeep_sqlite.schema import connect_writer
+from turnkeep_sqlite.schema import connect_reader, connect_writer
 from turnkeep_sqlite.writer import Tx, Writer, WriterStats
 
 __all__ = ["SqlitePersistence"]
@@ -93,12 +97,17 @@ class SqlitePersistence:
         self._database = _Database(self.config, self._pid)
         self._writer = Writer(
             path=path,
-            opener=self._database.open,
+            opener=self._database.open_writer,
+            closer=self._database.close,
             verify=self._database.verify,
             busy_timeout_s=self.config.busy_timeout_ms / 1000,
             max_group=self.config.max_group_flushes,
         )
-        self._readers = Readers(self.config)
+        self._readers = Readers(
+            self.config,
+            opener=self._database.open_reader,
+            closer=self._database.close,
+        )
         live_tokens().add(self._token)
         weakref.finalize(self, _abandon, self._token, self._writer, self._readers)
 
@@ -232,30 +241,50 @@ class SqlitePersistence:
 
 @attrs.define(eq=False)
 class _Database:
-    """Opens the file for the writer and checks it stays the same file.
+    """Opens and closes this backend's connections to its file.
 
-    Kept apart from the backend so the writer thread holds no reference to
-    the backend (its finalizer must be able to run).
+    Kept apart from the backend so the threads hold no reference to the
+    backend (its finalizer must be able to run). Every connection is counted
+    in the process-wide registry of `turnkeep_sqlite.files`, which tells when
+    the file may be opened directly without dropping SQLite's locks.
     """
 
     config: SqliteConfig
     pid: int
     file: FileIdentity | None = None
 
-    def open(self) -> sqlite3.Connection:
+    def open_writer(self) -> sqlite3.Connection:
         path = self.config.path
-        identity = prepare_database_file(
-            path, allow_network=self.config.allow_network_filesystem
-        )
-        conn = connect_writer(self.config, pid=self.pid)
-        try:
-            tighten_sidecars(path)
-            check_identity(path, identity)
-        except BaseException:
-            conn.close()
-            raise
+        with registry_lock:
+            identity = prepare_database_file(
+                path, allow_network=self.config.allow_network_filesystem
+            )
+            conn = connect_writer(
+                self.config, pid=self.pid, probe_header=not in_use(identity)
+            )
+            try:
+                tighten_sidecars(path)
+                check_identity(path, identity)
+            except BaseException:
+                conn.close()
+                raise
+            track(identity)
         self.file = identity
         return conn
+
+    def open_reader(self) -> sqlite3.Connection:
+        with registry_lock:
+            conn = connect_reader(self.config)
+            if self.file is not None:
+                track(self.file)
+        return conn
+
+    def close(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.close()
+        finally:
+            if self.file is not None:
+                untrack(self.file)
 
     def verify(self) -> None:
         if self.file is not None:

@@ -9,13 +9,22 @@ names is refused. Network file systems are refused unless configured
 otherwise, because SQLite's locks and WAL index do not work reliably there.
 It also reads the schema version straight from the file header, so a newer
 database can be refused without opening it for writing.
+
+One trap shapes this module: POSIX record locks, which SQLite uses, belong to
+the process and are all dropped when the process closes *any* descriptor of
+the file (SQLite's `howtocorrupt.html`, section 2.2). So the files SQLite may
+have open are only ever inspected through `O_PATH` descriptors, whose close
+drops no lock, and read with a plain descriptor only while no connection of
+this process uses the file (`in_use`, under `registry_lock`).
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import stat
+import threading
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,9 +41,13 @@ __all__ = [
     "HeaderFields",
     "check_identity",
     "filesystem_type",
+    "in_use",
     "prepare_database_file",
     "read_header",
+    "registry_lock",
     "tighten_sidecars",
+    "track",
+    "untrack",
 ]
 
 SIDECAR_SUFFIXES: Final = ("-wal", "-shm", "-journal")
@@ -74,12 +87,45 @@ class FileIdentity:
     inode: int
 
 
+registry_lock: Final = threading.RLock()
+"""Held while opening a database, so no connection appears mid-check."""
+
+_users: collections.Counter[FileIdentity] = collections.Counter()
+
+
+def track(identity: FileIdentity) -> None:
+    """Count one more open connection of this process on the file."""
+    with registry_lock:
+        _users[identity] += 1
+
+
+def untrack(identity: FileIdentity) -> None:
+    """Count one connection of this process on the file as closed."""
+    with registry_lock:
+        _users[identity] -= 1
+        if _users[identity] <= 0:
+            del _users[identity]
+
+
+def in_use(identity: FileIdentity) -> bool:
+    """Whether a connection of this process has the file open (hold the lock)."""
+    with registry_lock:
+        return _users[identity] > 0
+
+
 @attrs.frozen
 class HeaderFields:
-    """The fields of the SQLite file header this backend cares about."""
+    """The fields of the SQLite file header this backend cares about.
+
+    Attributes:
+        user_version: `PRAGMA user_version` (the schema version).
+        application_id: `PRAGMA application_id`.
+        has_tables: whether the schema table on page 1 lists anything.
+    """
 
     user_version: int
     application_id: int
+    has_tables: bool
 
 
 def prepare_database_file(
@@ -111,25 +157,24 @@ def prepare_database_file(
         for suffix in SIDECAR_SUFFIXES:
             _refuse_odd_file(dir_fd, path.name + suffix, path)
         try:
+            # A new file: no connection can hold a lock on it yet.
             fd = os.open(
                 path.name,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                 _FILE_MODE,
                 dir_fd=dir_fd,
             )
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise _refusal(exc, path) from exc
-        try:
-            info = os.fstat(fd)
-            _check_regular(info, path)
-            if stat.S_IMODE(info.st_mode) != _FILE_MODE:
+        else:
+            try:
                 os.fchmod(fd, _FILE_MODE)  # set explicitly, whatever the umask was
-        except StorageError:
-            raise  # already says what is wrong (StorageError is an OSError)
-        except OSError as exc:
-            raise _refusal(exc, path) from exc
-        finally:
-            os.close(fd)
+            finally:
+                os.close(fd)
+        info = _make_private(dir_fd, path.name, path)
+        assert info is not None  # noqa: S101 - it was just created or found
     return FileIdentity(info.st_dev, info.st_ino)
 
 
@@ -141,24 +186,47 @@ def tighten_sidecars(path: Path) -> None:
     """
     with _open_dir(path.parent) as dir_fd:
         for suffix in SIDECAR_SUFFIXES:
-            name = path.name + suffix
-            try:
-                fd = os.open(
-                    name,
-                    os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                    dir_fd=dir_fd,
-                )
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise _refusal(exc, path.with_name(name)) from exc
-            try:
-                info = os.fstat(fd)
-                _check_regular(info, path.with_name(name))
-                if stat.S_IMODE(info.st_mode) != _FILE_MODE:
-                    os.fchmod(fd, _FILE_MODE)
-            finally:
-                os.close(fd)
+            _make_private(
+                dir_fd, path.name + suffix, path.with_name(path.name + suffix)
+            )
+
+
+def _private(info: os.stat_result) -> int:
+    # Take group and other bits away; never grant the owner more than it had
+    # (a file made read-only on purpose stays read-only, and fails to open).
+    return stat.S_IMODE(info.st_mode) & _FILE_MODE
+
+
+def _make_private(dir_fd: int, name: str, path: Path) -> os.stat_result | None:
+    """Check `name` is a regular file of ours, at most 0600; `None` if absent.
+
+    Uses an `O_PATH` descriptor where there is one: closing it drops no POSIX
+    lock this process's SQLite connections hold on the file.
+    """
+    o_path: int | None = getattr(os, "O_PATH", None)
+    try:
+        if o_path is None:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            _check_regular(info, path)
+            if stat.S_IMODE(info.st_mode) != _private(info):
+                os.chmod(name, _private(info), dir_fd=dir_fd)
+            return info
+        fd = os.open(name, o_path | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            info = os.fstat(fd)  # a symlink shows as one: O_NOFOLLOW with O_PATH
+            _check_regular(info, path)
+            if stat.S_IMODE(info.st_mode) != _private(info):
+                # Through the descriptor: the file itself, never a link.
+                os.chmod(f"/proc/self/fd/{fd}", _private(info))
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return None
+    except StorageError:
+        raise  # already says what is wrong (StorageError is an OSError)
+    except OSError as exc:
+        raise _refusal(exc, path) from exc
+    return info
 
 
 def check_identity(path: Path, identity: FileIdentity) -> None:
@@ -188,7 +256,8 @@ def check_identity(path: Path, identity: FileIdentity) -> None:
 def read_header(path: Path) -> HeaderFields | None:
     """Read the schema version and application id from the file header.
 
-    Returns `None` for an empty (new) file.
+    Returns `None` for an empty (new) file. Opens and closes the file: call
+    it only while no connection of this process uses it (see `in_use`).
 
     Raises:
         StorageError: the file is not an SQLite database, or cannot be read.
@@ -198,21 +267,25 @@ def read_header(path: Path) -> HeaderFields | None:
     except OSError as exc:
         raise _refusal(exc, path) from exc
     try:
-        header = os.pread(fd, 100, 0)
+        header = os.pread(fd, 108, 0)
     except OSError as exc:
         raise StorageError(f"cannot read the SQLite database {path}: {exc}") from exc
     finally:
         os.close(fd)
     if not header:
         return None
-    if len(header) < 100 or not header.startswith(_HEADER_MAGIC):
+    if len(header) < 108 or not header.startswith(_HEADER_MAGIC):
         raise StorageError(
             f"{path} is not an SQLite database; point the sqlite backend's "
             "`path` at a new file or at a turnkeep database"
         )
+    # Page 1 holds the schema table's root: a leaf page (type 13) with no
+    # cells means no table, index or view exists.
+    page_type, cells = header[100], int.from_bytes(header[103:105], "big")
     return HeaderFields(
         user_version=int.from_bytes(header[60:64], "big"),
         application_id=int.from_bytes(header[68:72], "big", signed=True),
+        has_tables=page_type != 13 or cells > 0,
     )
 
 

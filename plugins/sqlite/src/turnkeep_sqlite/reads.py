@@ -40,7 +40,7 @@ from turnkeep.meta import (
 )
 from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep_sqlite.config import SqliteConfig
-from turnkeep_sqlite.schema import check_schema_version, connect_reader, retry_busy
+from turnkeep_sqlite.schema import check_schema_version, retry_busy
 from turnkeep_sqlite.sqlerrors import is_corrupt, primary_code, storage_error
 
 __all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "list_page", "load"]
@@ -78,6 +78,8 @@ class Readers:
     """A pool of reader threads, one connection each, for one database."""
 
     config: SqliteConfig
+    opener: Callable[[], sqlite3.Connection]
+    closer: Callable[[sqlite3.Connection], None]
     _executor: ThreadPoolExecutor = attrs.field(init=False)
     _local: threading.local = attrs.field(init=False, factory=threading.local)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
@@ -102,12 +104,12 @@ class Readers:
         with self._lock:
             connections, self._connections = self._connections, []
         for conn in connections:
-            conn.close()
+            self.closer(conn)
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect_reader(self.config)
+            conn = self.opener()
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)

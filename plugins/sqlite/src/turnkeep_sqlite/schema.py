@@ -127,8 +127,14 @@ def retry_busy(operation: Callable[[], T], *, deadline: float, path: Path) -> T:
         pause = min(pause * 2, 0.002)
 
 
-def connect_writer(config: SqliteConfig, *, pid: int) -> sqlite3.Connection:
+def connect_writer(
+    config: SqliteConfig, *, pid: int, probe_header: bool
+) -> sqlite3.Connection:
     """Open the writer connection: check the version, set and verify pragmas, migrate.
+
+    With `probe_header` (only while no connection of this process uses the
+    file), a newer or foreign file is refused before anything can change it;
+    otherwise the migration transaction's own check refuses it.
 
     Raises:
         UnsupportedFormatError: the database is of a newer schema.
@@ -138,7 +144,8 @@ def connect_writer(config: SqliteConfig, *, pid: int) -> sqlite3.Connection:
     path = config.path
     deadline = time.monotonic() + config.busy_timeout_ms / 1000
     try:
-        _probe_version(path)
+        if probe_header:
+            _probe_version(path)
     except sqlite3.Error as exc:
         raise storage_error(exc, "reading the schema version", path) from exc
     conn = _connect(path)
@@ -197,40 +204,30 @@ def _probe_version(path: Path) -> None:
     """Refuse a newer or foreign database before anything may write to it.
 
     Switching the journal mode or migrating would change the file, so the
-    version is read first through a read-only connection. Without a `-wal`
-    file the main file is all there is, and `immutable=1` keeps SQLite from
-    creating `-wal`/`-shm` for the probe; with one, a plain read-only
-    connection reads the WAL too (and never checkpoints).
+    version is read first: from the file header when there is no `-wal`
+    (then the main file is all there is), else through a read-only
+    connection, which reads the WAL too and never checkpoints.
     """
     header = read_header(path)
     if header is None:
         return  # a new, empty file
     if header.application_id not in (0, APPLICATION_ID):
         raise _foreign(path, f"application_id {header.application_id:#x}")
-    immutable = not os.path.exists(f"{path}-wal")
-    try:
-        version, tables = _read_version(path, immutable=immutable)
-    except sqlite3.Error:
-        if not immutable:
-            raise
-        # The file changed under the immutable read (a writer appeared):
-        # read it again, properly locked.
-        version, tables = _read_version(path, immutable=False)
+    version, tables = header.user_version, header.has_tables
+    if os.path.exists(f"{path}-wal"):
+        uri = f"file:{quote(str(path))}?mode=ro"
+        probe = sqlite3.connect(uri, uri=True, timeout=1.0)
+        try:
+            version = probe.execute("PRAGMA user_version").fetchone()[0]
+            tables = (
+                probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+            )
+        finally:
+            probe.close()
     if version > SCHEMA_VERSION:
         raise _newer(path, version)
     if version == 0 and tables and header.application_id != APPLICATION_ID:
         raise _foreign(path, "tables of another application")
-
-
-def _read_version(path: Path, *, immutable: bool) -> tuple[int, int]:
-    uri = f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if immutable else "")
-    probe = sqlite3.connect(uri, uri=True, timeout=1.0)
-    try:
-        version: int = probe.execute("PRAGMA user_version").fetchone()[0]
-        tables: int = probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-    finally:
-        probe.close()
-    return version, tables
 
 
 def _foreign(path: Path, what: str) -> StorageError:

@@ -82,6 +82,7 @@ class Writer:
     Args:
         path: the database file (for messages).
         opener: opens and prepares the connection (in the writer thread).
+        closer: closes it.
         verify: run after each commit, before acknowledging (file identity).
         busy_timeout_s: how long a group waits for the database write lock.
         max_group: the most operations one commit carries.
@@ -89,6 +90,7 @@ class Writer:
 
     path: Path
     opener: Callable[[], sqlite3.Connection]
+    closer: Callable[[sqlite3.Connection], None]
     verify: Callable[[], None]
     busy_timeout_s: float
     max_group: int
@@ -138,7 +140,7 @@ class Writer:
             if wait and thread is not threading.current_thread():
                 thread.join()
         elif self._conn is not None:
-            self._conn.close()
+            self.closer(self._conn)
             self._conn = None
 
     # -- the thread ----------------------------------------------------------
@@ -163,7 +165,7 @@ class Writer:
             # hold, such as the backend) alive while waiting for the next ones.
             del group
         if self._conn is not None:
-            self._conn.close()
+            self.closer(self._conn)
             self._conn = None
 
     def _run(self, group: list[_Job[Any]]) -> None:
@@ -306,7 +308,7 @@ class Writer:
             conn, self._conn = self._conn, None
             # Closing a failed connection may fail again; it is gone either way.
             with contextlib.suppress(sqlite3.Error):
-                conn.close()
+                self.closer(conn)
 
     def _poisoned(self) -> StorageError:
         error = StorageError(

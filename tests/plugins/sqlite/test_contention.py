@@ -1,0 +1,107 @@
+"""Plan item 24: many processes on one database file.
+
+8 processes each flush turns into their own session while 2 more fight over
+one shared session (each steals it, reloads, appends, and is fenced by the
+other), all on one file. Must hold: no error other than the expected fences
+reaches any caller (in particular no "database is locked": busy waits are
+the backend's business, `busy_timeout_ms` 10 s), no lost or duplicated seq,
+every acknowledged flush is stored exactly once at its seq, and
+`integrity_check` is ok. Flush latency p50/p99 is printed. CI runs 20 s
+(the plan's 3 minutes are the soak size); soak runs 3 minutes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnkeep_sqlite import SqliteConfig, SqlitePersistence
+
+from .conftest import Worker, load_helper, meta
+
+worker_lib = load_helper("_worker")
+SEED = 24
+
+
+async def _contend(
+    seconds: float, tmp_path: Path, spawn_worker: Callable[..., Worker]
+) -> list[float]:
+    path = tmp_path / "db" / "s.sqlite3"
+    setup = SqlitePersistence(SqliteConfig(path=path))
+    seed_turn = worker_lib.turn(0, 0, seed=SEED, tag="seed")
+    await setup.create(meta("shared"))
+    await setup.append("shared", seed_turn)
+    await setup.release("shared")
+    roles = [("solo", f"solo-{n}") for n in range(8)] + [("rival", "shared")] * 2
+    workers = [spawn_worker() for _ in roles]
+    for w in workers:
+        w.call(op="open", path=str(path))
+    for n, (w, (role, sid)) in enumerate(zip(workers, roles, strict=True)):
+        w.send(op="contend", id=sid, role=role, tag=f"p{n}", seed=SEED, seconds=seconds)
+    replies: list[dict[str, Any]] = [w.recv()["result"] for w in workers]
+    try:
+        errors = [e for r in replies for e in r["errors"]]
+        assert errors == [], errors[:5]
+        shared: list[tuple[int, str, int]] = []
+        for n, ((role, sid), reply) in enumerate(zip(roles, replies, strict=True)):
+            tag = f"p{n}"
+            if role == "solo":
+                expected = [
+                    r.raw
+                    for records in worker_lib.turns(
+                        len(reply["acked"]), seed=SEED, tag=tag
+                    )
+                    for r in records
+                ]
+                assert (await setup.load(sid)).events == expected, sid
+            else:
+                shared.extend((seq0, tag, index) for seq0, index in reply["acked"])
+        shared.sort()
+        expected_shared = [r.raw for r in seed_turn]
+        for seq0, tag, index in shared:
+            assert seq0 == len(expected_shared), "a lost, duplicated or stale flush"
+            expected_shared.extend(
+                r.raw for r in worker_lib.turn(seq0, index, seed=SEED, tag=tag)
+            )
+        assert (await setup.load("shared")).events == expected_shared
+        assert len({tag for _, tag, _ in shared}) == 2, "both rivals must have written"
+    finally:
+        await setup.aclose()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+    latencies = sorted(x for r in replies for x in r["latencies"])
+    p50 = statistics.median(latencies)
+    p99 = latencies[int(len(latencies) * 0.99)]
+    print(
+        f"\n{len(latencies)} flushes by 10 processes in {seconds:.0f} s: "
+        f"p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms"
+    )
+    return latencies
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_ten_processes_on_one_file(
+    tmp_path: Path, spawn_worker: Callable[..., Worker]
+) -> None:
+    latencies = await _contend(20, tmp_path, spawn_worker)
+    # CI shares 2 cores among these 10 processes and the rest of the suite:
+    # a loose bound here; the plan's 100 ms p99 is asserted in the soak.
+    assert latencies[int(len(latencies) * 0.99)] < 1.0
+
+
+@pytest.mark.soak
+@pytest.mark.asyncio
+async def test_ten_processes_on_one_file_soak(
+    tmp_path: Path, spawn_worker: Callable[..., Worker]
+) -> None:
+    latencies = await _contend(180, tmp_path, spawn_worker)
+    assert latencies[int(len(latencies) * 0.99)] <= 0.1
