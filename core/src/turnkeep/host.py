@@ -19,24 +19,27 @@ import asyncio
 import importlib
 import importlib.metadata
 import inspect
-import sys
-import types
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 import attrs
 import pluggy
-from pluggy import HookImpl
 
 from turnkeep import hookspecs, memory
+from turnkeep._hookcall import (
+    await_all,
+    call_plugin_hook,
+    direct_caller,
+    refuse_awaitables,
+)
+from turnkeep._reimport import fresh_import
 from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventCodec
 from turnkeep.config import DEFAULT_BACKEND, Config, make_converter, structure_config
 from turnkeep.errors import (
     ConfigurationError,
     FlushError,
-    HookContractError,
     PersistenceConflictError,
     PersistenceNotConfiguredError,
     PluginNotFoundError,
@@ -114,7 +117,7 @@ class Host:
         self.pm.add_hookspecs(hookspecs)
         self._codec = EventCodec(max_event_bytes=self.config.max_event_bytes)
         self.sessions = SessionStore(self, clock=self.clock)
-        self._event_hook = _direct_caller(self.pm, "session_event")
+        self._event_hook = direct_caller(self.pm, "session_event")
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -232,7 +235,7 @@ class Host:
 
     async def _reload(self, name: str) -> object:
         old = self._resolve(name)
-        new = _fresh_import(old)
+        new = fresh_import(old)
         provides_active = (
             self._active_name is not None
             and self._backends[self._active_name].plugin is old
@@ -329,19 +332,19 @@ class Host:
 
     def check_session_event_results(self, results: list[object]) -> None:
         """Refuse awaitables returned by `session_event` implementations."""
-        _refuse_awaitables(results, "session_event")
+        refuse_awaitables(results, "session_event")
 
     async def flush_session(self, session: Session) -> None:
         """Emit `session_flush` and await every implementation together."""
         while self._reloading is not None:
             await self._reloading.wait()
         results: list[object] = self.pm.hook.session_flush(session=session)
-        await _await_all(results, session_id=session.id, what="flush")
+        await await_all(results, session_id=session.id, what="flush")
 
     async def emit_session_closed(self, session: Session) -> None:
         """Emit `session_closed` and await every implementation."""
         results: list[object] = self.pm.hook.session_closed(session=session)
-        await _await_all(results, session_id=session.id, what="close")
+        await await_all(results, session_id=session.id, what="close")
 
     # -- internals -----------------------------------------------------------
 
@@ -409,7 +412,7 @@ class Host:
                 )
             collected[name] = BackendEntry(name, factory, config_type, plugin)
 
-        _call_plugin_hook(self.pm, plugin, "register_persistence", register=register)
+        call_plugin_hook(self.pm, plugin, "register_persistence", register=register)
         return collected
 
     def _collect_event_types(self, plugin: object) -> None:
@@ -429,7 +432,7 @@ class Host:
                 )
             added[tag] = (cls, plugin)
 
-        _call_plugin_hook(self.pm, plugin, "register_event_types", register=register)
+        call_plugin_hook(self.pm, plugin, "register_event_types", register=register)
         if added:
             self._event_types.update(added)
             self._rebuild_codec()
@@ -509,127 +512,10 @@ class Host:
         return plugin
 
     async def _dispose(self, plugin: object) -> None:
-        results = _call_plugin_hook(self.pm, plugin, "plugin_dispose", host=self)
+        results = call_plugin_hook(self.pm, plugin, "plugin_dispose", host=self)
         for result in results:
             if inspect.isawaitable(result):
                 await result
 
 
 _VOCABULARY_TAGS: Final = frozenset(event_type_name(c) for c in VOCABULARY)
-
-
-def _call_plugin_hook(
-    pm: pluggy.PluginManager, plugin: object, hook_name: str, **kwargs: Any
-) -> list[object]:
-    """Call one plugin's implementation of a hook, registered or not."""
-    if pm.parse_hookimpl_opts(plugin, hook_name) is None:
-        return []
-    function: Callable[..., object] = getattr(plugin, hook_name)
-    accepted = inspect.signature(function).parameters
-    return [function(**{k: v for k, v in kwargs.items() if k in accepted})]
-
-
-def _direct_caller(
-    pm: pluggy.PluginManager, hook_name: str
-) -> Callable[..., list[object]]:
-    """A caller for a hot hook that skips `HookCaller.__call__`'s per-call work.
-
-    `session_event` runs for every streamed chunk. pluggy's public call path
-    re-verifies the argument names and copies the implementation list on every
-    call; the arguments are fixed here and implementations must not register
-    plugins while they run, so the host goes straight to the manager's
-    executor, which keeps ordering, `tryfirst`/`trylast`, error propagation and
-    hook-call monitoring. Falls back to the public path if a future pluggy
-    moves these internals.
-    """
-    caller = getattr(pm.hook, hook_name)
-    impls: object = getattr(caller, "_hookimpls", None)
-    if not hasattr(pm, "_inner_hookexec") or not isinstance(impls, list):
-        return caller  # pragma: no cover - depends on pluggy's internals
-    hook_impls = cast("list[HookImpl]", impls)
-
-    def call(session: object, event: object) -> list[object]:
-        # Read per call: hook-call monitoring and tracing replace it.
-        results = pm._inner_hookexec(  # pyright: ignore[reportPrivateUsage]
-            hook_name, hook_impls, {"session": session, "event": event}, False
-        )
-        return cast("list[object]", results)
-
-    return call
-
-
-def _refuse_awaitables(results: list[object], hook: str) -> None:
-    awaitables = [r for r in results if inspect.isawaitable(r)]
-    if not awaitables:
-        return
-    for item in awaitables:
-        if inspect.iscoroutine(item):
-            item.close()  # never awaited by design; close to avoid a warning
-    raise HookContractError(
-        f"a {hook} implementation returned an awaitable; {hook} is synchronous "
-        "(it runs on the hot path): buffer the work and do it at session_flush"
-    )
-
-
-async def _await_all(results: list[object], *, session_id: str, what: str) -> None:
-    awaitables: list[Awaitable[object]] = [r for r in results if inspect.isawaitable(r)]
-    if not awaitables:
-        return
-    outcomes = await asyncio.gather(*awaitables, return_exceptions=True)
-    failures = [o for o in outcomes if isinstance(o, BaseException)]
-    if not failures:
-        return
-    for failure in failures:
-        if not isinstance(failure, Exception):
-            raise failure  # cancellation and friends are not ours to wrap
-    if len(failures) == 1 and isinstance(failures[0], FlushError):
-        raise failures[0]
-    first = failures[0]
-    cause: BaseException = (
-        first
-        if len(failures) == 1
-        else ExceptionGroup(
-            f"{len(failures)} {what} implementations failed",
-            [f for f in failures if isinstance(f, Exception)],
-        )
-    )
-    raise FlushError(
-        f"session {session_id!r}: {what} failed: {first}", session_id=session_id
-    ) from cause
-
-
-def _fresh_import(old: object) -> object:
-    """Import `old`'s module anew and return the matching new plugin object.
-
-    The plugin's module is purged from `sys.modules` together with its
-    submodules (for a package plugin, the whole package), then imported
-    again. On any failure the old modules are put back.
-    """
-    module_name = (
-        old.__name__ if isinstance(old, types.ModuleType) else type(old).__module__
-    )
-
-    def owned(name: str) -> bool:
-        return name == module_name or name.startswith(module_name + ".")
-
-    saved = {name: module for name, module in sys.modules.items() if owned(name)}
-    for name in saved:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-    try:
-        module = importlib.import_module(module_name)
-        if isinstance(old, types.ModuleType):
-            return module
-        factory: object = module
-        for part in type(old).__qualname__.split("."):
-            factory = getattr(factory, part)
-        if not callable(factory):
-            raise TypeError(f"{type(old).__qualname__} is not callable")
-        return factory()
-    except Exception as exc:
-        for name in [n for n in sys.modules if owned(n)]:
-            del sys.modules[name]
-        sys.modules.update(saved)
-        raise PluginReloadError(
-            f"reloading {module_name!r} failed: {exc!r}; the old plugin stays active"
-        ) from exc
