@@ -1,0 +1,138 @@
+"""The workload of the unsafe-tool crash sweep (plan item 35), shared by the
+crashing child process (`_crash_agent.py`) and the test that recovers.
+
+- `ledger_write` (unsafe) appends its call id to an external side-effect
+  ledger file and fsyncs it: the ledger counts real executions.
+- `peek` (safe) reads how many entries the ledger has.
+- The model is scripted from a seed as a function of the history: turn *t*
+  (the number of user messages) follows `plan(seed, t)`, step *s* (assistant
+  messages since the user's) asks for that step's calls. So a new process
+  continues the plan exactly where the durable log ends.
+- `Hooks` lets the child stop the world at a sweep point; in the recovering
+  process nothing is hooked, and the tools record every invocation (the spy).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from turnkeep import ModelRequest, Reply, ScriptedCall, ScriptedModel, ToolContext
+from turnkeep.events import ReplayPolicy
+
+POINTS: Final = (
+    "before-intent",  # the tool/call is appended in memory; no flush yet
+    "intent-written",  # the intent's flush wrote, but did not fsync/commit
+    "intent-durable",  # the intent is durable; the tool has not started
+    "during-execution",  # the tool did its effect (ledger fsynced); not returned
+    "after-execution",  # the tool returned; its result is appended in memory only
+    "result-durable",  # the flush holding the tool's result returned
+)
+"""The six crash points of plan item 35, in order."""
+
+_real_fsync: Final = os.fsync
+
+
+def plan(seed: int, turn: int) -> list[list[str]]:
+    """The tool calls of each model step of `turn` (the last step says done)."""
+    rnd = random.Random(f"{seed}:{turn}")
+    steps: list[list[str]] = []
+    for _ in range(rnd.randint(1, 3)):
+        calls = [rnd.choice(["peek", "ledger_write"]) for _ in range(rnd.randint(1, 2))]
+        steps.append(calls)
+    if not any("ledger_write" in step for step in steps):
+        steps[0].append("ledger_write")
+    return steps
+
+
+def ledger_calls(seed: int, turn: int) -> int:
+    """How many `ledger_write` calls turn `turn` of the plan makes."""
+    return sum(step.count("ledger_write") for step in plan(seed, turn))
+
+
+def model(seed: int) -> ScriptedModel:
+    """The scripted model that follows `plan`."""
+
+    def pick(request: ModelRequest) -> Reply:
+        turn = sum(1 for m in request.messages if m.role == "user")
+        step = 0
+        for message in reversed(request.messages):
+            if message.role == "user":
+                break
+            step += message.role == "assistant"
+        steps = plan(seed, turn)
+        if step >= len(steps):
+            return Reply(f"turn {turn} done")
+        calls = tuple(
+            ScriptedCall(name, {"turn": turn, "step": step, "i": i})
+            for i, name in enumerate(steps[step])
+        )
+        return Reply(f"turn {turn} step {step}", calls)
+
+    return ScriptedModel(pick)
+
+
+@attrs.define(eq=False)
+class Hooks:
+    """Where the ledger tool lets a crash happen (no-ops unless set)."""
+
+    before_effect: Callable[[ToolContext], None] = lambda _c: None  # pyright: ignore[reportUnknownLambdaType]
+    after_effect: Callable[[ToolContext], None] = lambda _c: None  # pyright: ignore[reportUnknownLambdaType]
+
+
+@attrs.define(eq=False)
+class LedgerWrite:
+    """Unsafe: append the call id to the ledger, fsynced (one real effect)."""
+
+    ledger: Path
+    hooks: Hooks = attrs.Factory(Hooks)
+    invoked: list[str] = attrs.field(factory=list[str])
+    name: str = "ledger_write"
+    description: str = "Record one effect in the ledger."
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
+    replay: ReplayPolicy = "unsafe"
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        self.invoked.append(context.call_id)
+        self.hooks.before_effect(context)
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, f"{context.call_id}\n".encode())
+            _real_fsync(fd)
+        finally:
+            os.close(fd)
+        self.hooks.after_effect(context)
+        return f"recorded {context.call_id}"
+
+
+@attrs.define(eq=False)
+class Peek:
+    """Safe: report how many effects the ledger holds."""
+
+    ledger: Path
+    invoked: list[str] = attrs.field(factory=list[str])
+    name: str = "peek"
+    description: str = "Count the ledger's entries."
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
+    replay: ReplayPolicy = "safe"
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        self.invoked.append(context.call_id)
+        return f"{len(read_ledger(self.ledger))} entries"
+
+
+def read_ledger(path: Path) -> list[str]:
+    """The call ids in the ledger, in order of execution."""
+    try:
+        return path.read_text().split()
+    except FileNotFoundError:
+        return []

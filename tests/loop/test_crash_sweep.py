@@ -1,0 +1,350 @@
+"""Plan item 35: the unsafe-tool crash sweep, on the JSONL and SQLite backends.
+
+An unsafe tool (`ledger_write`) appends its call id to an external, fsynced
+side-effect ledger. A child process (forked by `_crash_agent.py`) runs the
+agent over a real backend and is killed with SIGKILL at one of six points
+(`crash_script.POINTS`); with the power-loss shim, everything written but
+not fsynced when it died is then truncated, zeroed or garbled (JSONL: each
+file back to its size at its last fsync; SQLite: the WAL back to its size at
+the last acknowledged commit, and the `-shm` index dropped, which is what a
+power cut leaves). This process then loads the store (cold), resumes the
+session through `AgentLoop.resume` with spy tools, and runs one more turn.
+Must hold, in every trial:
+
+- every loaded state pairs each result with exactly one earlier call, and
+  only the open turn may have calls without results;
+- the ledger holds each call id at most once, and only ids of durable calls
+  (an effect never happens before its intent is durable);
+- where the target call's intent is durable and its result is not, recovery
+  reports it interrupted, and that answer is durable before the next turn;
+- recovery never invokes an unsafe tool for a call that is already in the
+  log (the spy), while a safe one may be run again;
+- after the next turn the log has no open turn and no unanswered call.
+
+CI: 2 backends x 6 points x 2 crash kinds x `CI_TRIALS` (20) trials, fewer
+than the plan's 100 so that this directory stays within its CI time budget
+(about 0.12 s per trial on one core). Each trial has a seeded shape: 1-2
+completed turns first, 1-6 calls per turn, which ledger call of the crash
+turn is the target, and whether the cut-off turn is continued or closed.
+Soak: `SOAK_TRIALS` per combination (`TURNKEEP_SOAK=1`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import msgspec
+import pytest
+from tests.loop import crash_script
+from tests.loop.crash_script import POINTS, read_ledger
+from tests.loop.support import (
+    BACKENDS,
+    backend_host_config,
+    backend_options,
+    backend_ready_async,
+)
+
+from turnkeep import AgentLoop, Host, SessionEvent, ToolCall, ToolResult, TurnStart
+from turnkeep.recovery import open_turn, pairing_problems
+
+CI_TRIALS = int(os.environ.get("TURNKEEP_SWEEP_TRIALS", "20"))
+SOAK_TRIALS = 5000
+BATCH = 12  # trials run side by side (their fsyncs overlap)
+SESSION = "sweep"
+SERVER = Path(__file__).with_name("_crash_agent.py")
+
+
+class Server:
+    """The fork server, driven by JSON lines."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def batch(self, trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run trials side by side; each answer says where its child died."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(msgspec.json.encode({"trials": trials}) + b"\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the fork server exited ({self.proc.wait()})")
+        replies: list[dict[str, Any]] = msgspec.json.decode(line)
+        return replies
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b'{"op": "exit"}\n')
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    started = Server()
+    yield started
+    started.stop()
+
+
+def power_loss(
+    backend: str, root: Path, frontier: dict[str, int], rng: random.Random
+) -> str:
+    """Undo what was written after the last fsync; return what was done."""
+    done: list[str] = []
+    for name, synced in sorted(frontier.items()):
+        path = Path(name)
+        if not path.exists():
+            continue
+        size = path.stat().st_size
+        if size <= synced:
+            continue
+        fate = rng.choice(["truncate", "zero", "garbage"])
+        with path.open("r+b") as handle:
+            if fate == "truncate":
+                handle.truncate(synced)
+            else:
+                handle.seek(synced)
+                tail = size - synced
+                handle.write(bytes(tail) if fate == "zero" else rng.randbytes(tail))
+        done.append(f"{path.name}:{fate}:{size - synced}B")
+    if backend == "sqlite":
+        shm = Path(backend_options("sqlite", root)["path"] + "-shm")
+        shm.unlink(missing_ok=True)
+    return ",".join(done) or "nothing unsynced"
+
+
+def calls_of(events: list[SessionEvent]) -> dict[str, ToolCall]:
+    return {e.data.call_id: e for e in events if isinstance(e, ToolCall)}
+
+
+def results_of(events: list[SessionEvent]) -> dict[str, ToolResult]:
+    return {e.data.call_id: e for e in events if isinstance(e, ToolResult)}
+
+
+async def load(host: Host, session_id: str) -> list[SessionEvent]:
+    loaded = await host.require_persistence().load(session_id)
+    return host.codec.decode_log(loaded.events, session_id=session_id)
+
+
+def check_ledger(ledger: list[str], events: list[SessionEvent], where: str) -> None:
+    counts = collections.Counter(ledger)
+    doubled = {k: v for k, v in counts.items() if v > 1}
+    assert not doubled, f"{where}: executed more than once: {doubled}"
+    unlogged = set(ledger) - set(calls_of(events))
+    assert not unlogged, f"{where}: effects without a durable intent: {unlogged}"
+
+
+@attrs.frozen
+class Trial:
+    """One seeded trial: where to crash and what the workload looks like."""
+
+    backend: str
+    point: str
+    kind: str
+    root: Path
+    seed: int
+    prior: int
+    target: int
+    continue_turn: bool
+    rng: random.Random = attrs.field(eq=False)
+
+    @classmethod
+    def make(
+        cls, backend: str, point: str, kind: str, root: Path, rng: random.Random
+    ) -> Trial:
+        seed = rng.randrange(2**31)
+        prior = rng.randint(1, 2)
+        target = rng.randint(1, crash_script.ledger_calls(seed, prior + 1))
+        local = random.Random(rng.random())
+        return cls(
+            backend, point, kind, root, seed, prior, target, rng.random() < 0.5, local
+        )
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.txt"
+
+    def command(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "root": str(self.root),
+            "seed": self.seed,
+            "point": self.point,
+            "prior": self.prior,
+            "target": self.target,
+            "session": SESSION,
+            "ledger": str(self.ledger),
+            "log": str(self.root / "child.log"),
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"{self.backend}/{self.point}/{self.kind} seed={self.seed} "
+            f"prior={self.prior} target={self.target} continue={self.continue_turn}"
+        )
+
+
+async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
+    """Recover what the crash left and check every item-35 property."""
+    backend, point, kind, root = trial.backend, trial.point, trial.kind, trial.root
+    where = str(trial)
+    ledger_path = trial.ledger
+    session_id = SESSION
+    continue_turn = trial.continue_turn
+    assert reply.get("at") == point, f"{where}: child said {reply}"
+    assert os.WIFSIGNALED(reply["status"]), where
+    target_id: str = reply["target"]
+    if kind == "power":
+        where += " shim=" + power_loss(backend, root, reply["frontier"], trial.rng)
+
+    async with Host(backend_host_config(backend, root)) as host:
+        # The state the crash left, read-only (a cold load).
+        before = await load(host, session_id)
+        assert pairing_problems(before) == [], where
+        ledger = read_ledger(ledger_path)
+        check_ledger(ledger, before, where)
+        intent = target_id in calls_of(before)
+        answered = target_id in results_of(before)
+        ran = ledger.count(target_id)
+        expected_ran = {
+            "before-intent": 0,
+            "intent-written": 0,
+            "intent-durable": 0,
+            "during-execution": 1,
+            "after-execution": 1,
+            "result-durable": 1,
+        }[point]
+        assert ran == expected_ran, f"{where}: ledger {ledger}"
+        if point == "before-intent":
+            assert not intent, where
+        if point in ("intent-durable", "during-execution", "after-execution"):
+            assert intent, f"{where}: an fsynced intent was lost"
+            assert not answered, where
+        if point == "result-durable":
+            assert answered, f"{where}: an acknowledged result was lost"
+            assert results_of(before)[target_id].data.status == "ok"
+        if point == "intent-written":
+            assert not answered, where
+
+        # Recovery, with spies in place of the tools.
+        ledger_tool = crash_script.LedgerWrite(ledger_path)
+        peek = crash_script.Peek(ledger_path)
+        loop = await AgentLoop.resume(
+            "sweep",
+            session_id,
+            host=host,
+            model=crash_script.model(trial.seed),
+            tools=[ledger_tool, peek],
+            continue_turn=continue_turn,
+        )
+        report = loop.recovery
+        assert report is not None
+        logged = calls_of(before)
+        unsafe_logged = {i for i, c in logged.items() if c.data.replay == "unsafe"}
+        assert not set(ledger_tool.invoked) & unsafe_logged, (
+            f"{where}: recovery re-invoked an unsafe call"
+        )
+        assert set(peek.invoked) & set(logged) <= {
+            i for i, c in logged.items() if c.data.replay == "safe"
+        }
+        if intent and not answered:
+            assert target_id in report.interrupted, f"{where}: {report}"
+        open_before = open_turn(before)
+        assert report.recovered == (open_before is not None), where
+        if open_before is not None:
+            missing = {c.data.call_id for c in open_before.unanswered}
+            assert set(report.interrupted) | set(report.rerun) == missing, where
+
+        # Each interrupted answer is durable before the next turn begins.
+        durable = await load(host, session_id)
+        assert open_turn(durable) is None, where
+        for call_id in report.interrupted:
+            assert results_of(durable)[call_id].data.status == "interrupted", where
+
+        result = await loop.run_turn(session_id, "after the crash")
+        assert result.status == "completed", f"{where}: {result}"
+        assert result.turn == (
+            max(e.data.turn for e in durable if isinstance(e, TurnStart)) + 1
+        )
+        await loop.close()
+
+    async with Host(backend_host_config(backend, root)) as host:
+        final = await load(host, session_id)
+    assert pairing_problems(final) == [], where
+    assert open_turn(final) is None, where
+    assert set(calls_of(final)) == set(results_of(final)), where
+    check_ledger(read_ledger(ledger_path), final, where)
+    assert final[: len(durable)] == durable, f"{where}: durable history rewritten"
+    turns = [e.data.turn for e in final if isinstance(e, TurnStart)]
+    assert turns == list(range(1, len(turns) + 1)), where
+
+
+async def sweep(
+    server: Server,
+    backend: str,
+    point: str,
+    kind: str,
+    trials: int,
+    rng: random.Random,
+    tmp_path: Path,
+) -> None:
+    await backend_ready_async(backend, tmp_path)
+    done = 0
+    while done < trials:
+        size = min(BATCH, trials - done)
+        batch: list[Trial] = []
+        for index in range(done, done + size):
+            root = tmp_path / f"trial-{index}"
+            root.mkdir()
+            batch.append(Trial.make(backend, point, kind, root, rng))
+        replies = server.batch([t.command() for t in batch])
+        await asyncio.gather(
+            *(check_trial(t, r) for t, r in zip(batch, replies, strict=True))
+        )
+        done += size
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("kind", ["kill", "power"])
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.asyncio
+async def test_item_35_unsafe_tool_crash_sweep(
+    server: Server,
+    backend: str,
+    point: str,
+    kind: str,
+    rng: random.Random,
+    tmp_path: Path,
+) -> None:
+    await sweep(server, backend, point, kind, CI_TRIALS, rng, tmp_path)
+
+
+@pytest.mark.crash
+@pytest.mark.soak
+@pytest.mark.parametrize("kind", ["kill", "power"])
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.asyncio
+async def test_item_35_unsafe_tool_crash_sweep_soak(
+    server: Server,
+    backend: str,
+    point: str,
+    kind: str,
+    rng: random.Random,
+    tmp_path: Path,
+) -> None:
+    await sweep(server, backend, point, kind, SOAK_TRIALS, rng, tmp_path)
