@@ -1,13 +1,18 @@
 """The catalog: one small file that lists every session, so `list` opens no log.
 
-Owns `catalog.jsonl`, a journal of sealed lines: a head line, then `entry`
-lines (a session's header and summary, and whether a writer may be ahead of
-it: `open`) and `gone` lines; the last line about a name wins. Writers append
-under `catalog.lock` (an exclusive `flock`), fsynced, at the moments that
-matter: before a new log file appears, before a claimed session's first
-write, after a summary update by a non-owner, at release, at delete. Per flush
-nothing is written here, so a flush costs the catalog nothing; `list`
-re-reads an `open` session from its sidecar and the end of its log instead.
+Owns `catalog.jsonl`: a snapshot (a head line, then one `entry` line per
+session: its header and summary, and whether a writer may be ahead of it,
+`open`) followed by a journal of later `entry` and `gone` lines; the last
+line about an id wins. The head carries one CRC over the whole snapshot, so
+reading it checks one checksum, not thousands.
+
+Writers append under `catalog.lock` (an exclusive `flock`), fsynced, at the
+moments that matter: before a new log file appears, before a claimed
+session's first write, around a summary update by a non-owner, at release
+and at delete. Per flush nothing is written here, so flushes cost the
+catalog nothing; `list` re-reads an `open` session from its sidecar and the
+end of its log instead. When the journal has grown past a quarter of the
+snapshot, the writer that notices folds it into a new snapshot.
 
 The catalog is a cache of the files, never their master: when it is missing
 or its head is damaged, writers rebuild it from the files, and `list` reads
@@ -19,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import os
 import zlib
+from collections.abc import Iterable
 from itertools import repeat
 from operator import add, itemgetter
 from typing import Final, TypeAlias
@@ -26,7 +32,7 @@ from typing import Final, TypeAlias
 import attrs
 import msgspec
 
-from turnkeep.meta import SessionHeader, SessionSummary
+from turnkeep.meta import SessionMeta
 
 from .fileops import FileOps, write_all
 from .format import SUFFIX_LEN, seal, unseal
@@ -37,40 +43,41 @@ from .summary import inspect_session, session_header
 __all__ = ["Catalog", "Entry", "Gone"]
 
 _VERSION: Final = 1
-_COMPACT_SLACK: Final = 256 * 1024
+_COMPACT_SLACK: Final = 64 * 1024
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK_FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Entry(msgspec.Struct, tag_field="mark", tag="entry", kw_only=True, gc=False):
     """What the catalog knows of one session.
 
     Attributes:
-        name: the session's file stem.
-        group: its group directory.
-        log: the random id of its log file (another incarnation: another id).
-        open: a writer may have moved it on since this line was written.
-        header: its header.
-        summary: its summary as of this line.
+        open: a writer may have moved it on since this line was written, so
+            a reader looks at its files instead.
+        meta: its header and summary as of this line.
     """
 
-    name: str
-    group: str
-    log: str
     open: bool
-    header: SessionHeader
-    summary: SessionSummary
+    meta: SessionMeta
 
 
 class Gone(msgspec.Struct, tag_field="mark", tag="gone", kw_only=True, gc=False):
-    """The session `name` was deleted."""
+    """The session `id` was deleted."""
 
-    name: str
+    id: str
 
 
 class _Head(msgspec.Struct, tag_field="mark", tag="catalog", kw_only=True):
+    """The first line of the catalog file.
+
+    The snapshot is the file's first `base` bytes; its lines after this one
+    have the CRC-32 `crc`, all together.
+    """
+
     format_version: int
     base: int
+    crc: str
 
 
 _Line: TypeAlias = Entry | Gone | _Head
@@ -98,7 +105,10 @@ class Catalog:
     # -- reading -------------------------------------------------------------
 
     def read(self) -> dict[str, Entry] | None:
-        """Every session the catalog lists, by stem; `None` if it is unusable.
+        """Every session the catalog lists, by id; `None` if it is unusable.
+
+        The same dict object comes back while the file is unchanged, so
+        callers may cache what they derive from it by its identity.
 
         Raises:
             OSError: the catalog exists but cannot be read.
@@ -124,13 +134,13 @@ class Catalog:
         return entries
 
     def scan_files(self) -> dict[str, Entry]:
-        """Rebuild the listing from the session files themselves.
+        """The listing rebuilt from the session files themselves.
 
         Raises:
             OSError: a directory or file cannot be read.
         """
         entries: dict[str, Entry] = {}
-        for group, fd in self.store.groups().items():
+        for fd in self.store.groups().values():
             for filename in self.ops.listdir(fd):
                 stem = is_session_log(filename)
                 if stem is None:
@@ -138,14 +148,10 @@ class Catalog:
                 found = inspect_session(self.ops, fd, stem)
                 if found is None:
                     continue
-                entries[stem] = Entry(
-                    name=stem,
-                    group=group,
-                    log=found.header.log,
-                    open=not found.released,
-                    header=session_header(found.header),
-                    summary=found.summary,
+                meta = SessionMeta(
+                    header=session_header(found.header), summary=found.summary
                 )
+                entries[meta.id] = Entry(open=not found.released, meta=meta)
         return entries
 
     # -- writing -------------------------------------------------------------
@@ -159,12 +165,7 @@ class Catalog:
         root = self.store.root(create=True)
         assert root is not None  # noqa: S101 - create=True never returns None
         ops = self.ops
-        lock = ops.open(
-            CATALOG_LOCK,
-            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=root,
-        )
+        lock = ops.open(CATALOG_LOCK, _LOCK_FLAGS, 0o600, dir_fd=root)
         try:
             ops.fchmod(lock, 0o600)
             ops.flock(lock, fcntl.LOCK_EX)
@@ -174,49 +175,42 @@ class Catalog:
 
     def _append_locked(self, root: int, items: tuple[Entry | Gone, ...]) -> None:
         ops = self.ops
-        data = b"".join([seal(_encode(item)) for item in items])
         try:
-            fd = ops.open(
-                CATALOG, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root
-            )
+            fd = ops.open(CATALOG, _WRITE_FLAGS, dir_fd=root)
         except FileNotFoundError:
             self._snapshot(root, self.scan_files(), items)
             return
         try:
-            st = ops.fstat(fd)
+            size = ops.fstat(fd).st_size
             head = _head(ops.pread(fd, 4096, 0))
             if head is None:
-                ops.close(fd)
-                fd = -1
                 self._snapshot(root, self.scan_files(), items)
                 return
-            write_all(ops, fd, data, st.st_size)
+            data = b"".join([seal(_encode(item)) for item in items])
+            write_all(ops, fd, data, size)
             ops.fsync(fd)
-            grown = st.st_size + len(data)
-            if grown > 2 * head.base + _COMPACT_SLACK:
+            grown = size + len(data)
+            if grown > head.base + head.base // 4 + _COMPACT_SLACK:
                 entries = _parse(_read_all(ops, fd, grown))
-                ops.close(fd)
-                fd = -1
                 self._snapshot(root, entries or self.scan_files(), ())
         finally:
-            if fd >= 0:
-                ops.close(fd)
+            ops.close(fd)
 
     def _snapshot(
-        self,
-        root: int,
-        entries: dict[str, Entry],
-        items: tuple[Entry | Gone, ...],
+        self, root: int, entries: dict[str, Entry], items: Iterable[_Line]
     ) -> None:
         """Write a fresh catalog holding `entries` with `items` applied."""
         entries = dict(entries)
-        for item in items:
-            _apply(entries, item)
+        _fold(entries, items)
         body = b"".join([seal(_encode(e)) for e in entries.values()])
-        head = seal(_encode(_Head(format_version=_VERSION, base=0)))
-        base = len(head) + len(body) + 32  # the head line grows with `base`
-        data = seal(_encode(_Head(format_version=_VERSION, base=base))) + body
-        self.store.write_atomic(root, CATALOG, data)
+        crc = f"{zlib.crc32(body):08x}"
+        base = len(body)
+        while True:  # the head line's length depends on `base` itself
+            head = seal(_encode(_Head(format_version=_VERSION, base=base, crc=crc)))
+            if len(head) + len(body) == base:
+                break
+            base = len(head) + len(body)
+        self.store.write_atomic(root, CATALOG, head + body)
 
 
 def _read_all(ops: FileOps, fd: int, size: int) -> bytes:
@@ -247,33 +241,48 @@ def _head(data: bytes) -> _Head | None:
     return head
 
 
-def _apply(entries: dict[str, Entry], item: Entry | Gone | _Head) -> None:
-    if isinstance(item, Entry):
-        entries[item.name] = item
-    elif isinstance(item, Gone):
-        entries.pop(item.name, None)
+def _fold(entries: dict[str, Entry], items: Iterable[_Line]) -> None:
+    """Apply catalog lines in order: the last line about an id wins."""
+    for item in items:
+        if isinstance(item, Entry):
+            entries[item.meta.header.id] = item
+        elif isinstance(item, Gone):
+            entries.pop(item.id, None)
 
 
 def _parse(data: bytes) -> dict[str, Entry] | None:
     """Fold a catalog's lines; `None` when its head is unusable."""
-    if _head(data) is None:
+    head = _head(data)
+    if head is None:
         return None
-    lines = data.split(b"\n")
-    lines.pop()  # a torn last line (a crash mid-append) is dropped with it
-    good = _intact(lines[1:])
+    first = data.index(b"\n") + 1
+    base = head.base
+    if first <= base <= len(data) and f"{zlib.crc32(data[first:base]):08x}" == head.crc:
+        snapshot = data[first:base].split(b"\n")
+        snapshot.pop()
+        journal = data[base:].split(b"\n")
+    else:  # a damaged snapshot: keep whatever lines still check out
+        snapshot = []
+        journal = data[first:].split(b"\n")
+    journal.pop()  # a torn last line (a crash mid-append) is dropped with it
     entries: dict[str, Entry] = {}
-    try:
-        decoded = _lines_decoder.decode(b"[" + b",".join(good) + b"]")
-    except (msgspec.DecodeError, RecursionError):
-        decoded: list[_Line] = []
-        for line in good:
-            try:
-                decoded.append(_line_decoder.decode(line))
-            except (msgspec.DecodeError, RecursionError):
-                continue  # sealed yet not ours (another version): skipped
-    for item in decoded:
-        _apply(entries, item)
+    for lines in (snapshot, _intact(journal)):
+        _fold(entries, _decode(lines))
     return entries
+
+
+def _decode(lines: list[bytes]) -> list[_Line]:
+    try:
+        return _lines_decoder.decode(b"[" + b",".join(lines) + b"]")
+    except (msgspec.DecodeError, RecursionError):
+        pass  # one odd line spoils the batch: decode them one by one
+    decoded: list[_Line] = []
+    for line in lines:
+        try:
+            decoded.append(_line_decoder.decode(line))
+        except (msgspec.DecodeError, RecursionError):
+            continue  # sealed yet not ours (another version): skipped
+    return decoded
 
 
 def _intact(lines: list[bytes]) -> list[bytes]:

@@ -49,24 +49,31 @@ class Run:
         return ((keys[i], metas[i]) for i in range(start, len(keys)))
 
 
-def run_of(metas: Iterable[SessionMeta]) -> Run:
+def run_of(metas: list[SessionMeta]) -> Run:
     """Sort sessions into a run."""
-    pairs = sorted(
-        (((-m.summary.updated_at, m.header.id), m) for m in metas), key=_first
-    )
-    return Run(keys=[k for k, _ in pairs], metas=[m for _, m in pairs])
+    keys = [(-m.summary.updated_at, m.header.id) for m in metas]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return Run(keys=[keys[i] for i in order], metas=[metas[i] for i in order])
 
 
 def page(runs: Iterable[Run], *, limit: int, after: Key | None) -> SessionPage:
     """The `limit` sessions after the cursor position `after`, over all runs."""
-    merged = heapq.merge(*(r.after(after) for r in runs), key=_first)
-    items = list(islice(merged, limit + 1))
-    if len(items) <= limit:
-        return SessionPage(items=[m for _, m in items])
-    last = items[limit - 1][0]
-    return SessionPage(
-        items=[m for _, m in items[:limit]], next_cursor=_encode_cursor(last)
-    )
+    busy = [r for r in runs if r.keys]
+    if len(busy) == 1:  # the common case: slice the one run, no merging
+        run = busy[0]
+        start = 0 if after is None else bisect_right(run.keys, after)
+        metas = run.metas[start : start + limit]
+        more = start + limit < len(run.keys)
+        last = run.keys[start + limit - 1] if more else None
+    else:
+        merged = heapq.merge(*(r.after(after) for r in busy), key=_first)
+        items = list(islice(merged, limit + 1))
+        metas = [m for _, m in items[:limit]]
+        more = len(items) > limit
+        last = items[limit - 1][0] if more else None
+    if last is None:
+        return SessionPage(items=metas)
+    return SessionPage(items=metas, next_cursor=_encode_cursor(last))
 
 
 def _encode_cursor(key: Key) -> str:

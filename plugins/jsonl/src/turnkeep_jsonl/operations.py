@@ -40,7 +40,6 @@ from .format import bad_event_reason
 from .handle import Handle, Pending, close, poison, write_sidecar
 from .listing import Run, run_of
 from .locks import lock, unlock
-from .names import group_name
 from .store import Store, storage_error
 from .summary import session_header
 from .unheld import Unheld
@@ -276,7 +275,7 @@ class Operations:
     def ordered(self) -> list[Run]:
         """The listed sessions as sorted runs (see `listing.page`)."""
         with self._mu:
-            held = {h.stem: h for h in self._held.values() if h.failure is None}
+            held = {i: h for i, h in self._held.items() if h.failure is None}
         static, moving = self.reads.catalog_runs(held)
         return [static, run_of(moving)]
 
@@ -310,25 +309,17 @@ class Operations:
 
     # -- catalog lines ---------------------------------------------------------
 
-    def _entry(self, handle: Handle, *, open_: bool) -> Entry:
+    @staticmethod
+    def _entry(handle: Handle, *, open_: bool) -> Entry:
+        header = session_header(handle.header)
         return Entry(
-            name=handle.stem,
-            group=handle.group,
-            log=handle.header.log,
             open=open_,
-            header=session_header(handle.header),
-            summary=handle.current_summary(),
+            meta=SessionMeta(header=header, summary=handle.current_summary()),
         )
 
-    def _pending_entry(self, pending: Pending) -> Entry:
-        return Entry(
-            name=pending.stem,
-            group=group_name(pending.meta.header.cwd),
-            log="",
-            open=True,
-            header=pending.meta.header,
-            summary=pending.meta.summary,
-        )
+    @staticmethod
+    def _pending_entry(pending: Pending) -> Entry:
+        return Entry(open=True, meta=pending.meta)
 
 
 def _refuse_if_failed(handle: Handle) -> None:

@@ -37,7 +37,6 @@ from .names import (
 from .scan import ScanResult, check_header
 from .store import READ_FLAGS, Store, storage_error
 from .summary import (
-    Inspected,
     inspect_session,
     last_control,
     merge_summary,
@@ -64,8 +63,9 @@ class Unheld:
     catalog: Catalog
     max_line: int
     _static_of: dict[str, Entry] | None = attrs.field(init=False, default=None)
-    _static: Run = attrs.field(init=False, factory=lambda: run_of(()))
+    _static: Run = attrs.field(init=False, factory=lambda: run_of([]))
     _open: list[Entry] = attrs.field(init=False, factory=list[Entry])
+    _static_held: set[str] = attrs.field(init=False, factory=set[str])
 
     @staticmethod
     def stem(session_id: str) -> str:
@@ -78,12 +78,13 @@ class Unheld:
             return False
         return self.store.find(stem) is not None
 
-    def _locate(self, session_id: str) -> tuple[str, str, int]:
+    def _locate(self, session_id: str) -> tuple[str, int]:
+        """The session's stem and the descriptor of the directory of its log."""
         stem = session_name(session_id)
         found = self.store.find(stem) if self.exists(stem) else None
         if found is None:
             raise SessionNotFoundError(f"no stored session {session_id!r}")
-        return stem, *found
+        return stem, found[1]
 
     # -- load ------------------------------------------------------------------
 
@@ -91,7 +92,7 @@ class Unheld:
         """See `JsonlPersistence.load`."""
         ops = self.store.ops
         for attempt in range(_LOAD_ATTEMPTS):
-            stem, _, gfd = self._locate(session_id)
+            stem, gfd = self._locate(session_id)
             try:
                 fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
             except FileNotFoundError:
@@ -152,34 +153,39 @@ class Unheld:
         if entries is None:
             entries = self.catalog.scan_files()
         if entries is not self._static_of:
-            self._static = run_of(
-                SessionMeta(header=e.header, summary=e.summary)
-                for e in entries.values()
-                if not e.open and e.name not in held
-            )
+            self._static = run_of([e.meta for e in entries.values() if not e.open])
             self._open = [e for e in entries.values() if e.open]
             self._static_of = entries
+            self._static_held = set()
+        if held.keys() - self._static_held:
+            # A session settled in the catalog that we now hold: drop it from
+            # the settled run (it is listed from memory below).
+            self._static = run_of(
+                [m for m in self._static.metas if m.header.id not in held]
+            )
+            self._static_held = set(held)
         moving = [
             SessionMeta(header=core_header(h.header), summary=h.current_summary())
             for h in held.values()
         ]
         for entry in self._open:
-            if entry.name in held:
+            if entry.meta.header.id in held:
                 continue
-            found = self._inspect(entry)
+            found = self._inspect(entry.meta.header.id)
             if found is not None:
                 moving.append(found)
         return self._static, moving
 
-    def _inspect(self, entry: Entry) -> SessionMeta | None:
+    def _inspect(self, session_id: str) -> SessionMeta | None:
+        stem = session_name(session_id)
         try:
-            gfd = self.store.subdir(entry.group, create=False)
-            if gfd is None:
+            located = self.store.find(stem)
+            if located is None:
                 return None
-            found = inspect_session(self.store.ops, gfd, entry.name)
+            found = inspect_session(self.store.ops, located[1], stem)
         except OSError:
             return None  # unreadable right now: `load` will say why
-        if found is None:
+        if found is None or found.header.id != session_id:
             return None
         return SessionMeta(header=core_header(found.header), summary=found.summary)
 
@@ -187,14 +193,17 @@ class Unheld:
 
     def delete(self, session_id: str) -> None:
         """See `JsonlPersistence.delete` (the caller dropped its own handle)."""
-        stem, group, gfd = self._locate(session_id)
+        stem, gfd = self._locate(session_id)
         ops = self.store.ops
         try:
             found = inspect_session(ops, gfd, stem)
             if found is not None:
                 # Durably "open" first: a crash halfway then leaves a line
                 # that `list` re-checks against the files, not a stale one.
-                self.catalog.append(_entry(stem, group, found.header.log, found))
+                meta = SessionMeta(
+                    header=core_header(found.header), summary=found.summary
+                )
+                self.catalog.append(Entry(open=True, meta=meta))
             try:
                 ops.unlink(stem + LOG_SUFFIX, dir_fd=gfd)
             except FileNotFoundError as exc:
@@ -208,7 +217,7 @@ class Unheld:
             else:
                 unlock(self.store, lock_fd, stem, remove=True)
             ops.fsync_dir(gfd)
-            self.catalog.append(Gone(name=stem))
+            self.catalog.append(Gone(id=session_id))
         except OSError as exc:
             raise storage_error(f"cannot delete session {session_id!r}", exc) from exc
 
@@ -228,7 +237,7 @@ class Unheld:
         Keeps the sidecar's watermark; a concurrent owner's later sidecar
         writes keep this summary (they re-read it).
         """
-        stem, group, gfd = self._locate(session_id)
+        stem, gfd = self._locate(session_id)
         ops = self.store.ops
         try:
             fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
@@ -252,12 +261,7 @@ class Unheld:
                 summary, updated_at=updated_at, event_count=seq
             )
             entry = Entry(
-                name=stem,
-                group=group,
-                log=header.log,
-                open=True,
-                header=core_header(header),
-                summary=new,
+                open=True, meta=SessionMeta(header=core_header(header), summary=new)
             )
             self.catalog.append(entry)
             sidecar = Sidecar(
@@ -275,17 +279,6 @@ class Unheld:
             raise storage_error(f"cannot update session {session_id!r}", exc) from exc
         finally:
             ops.close(fd)
-
-
-def _entry(stem: str, group: str, log: str, found: Inspected) -> Entry:
-    return Entry(
-        name=stem,
-        group=group,
-        log=log,
-        open=True,
-        header=core_header(found.header),
-        summary=found.summary,
-    )
 
 
 def _loaded(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:

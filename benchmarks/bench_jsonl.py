@@ -1,0 +1,308 @@
+"""The JSONL backend next to a raw JSON-lines writer, measured in the same run.
+
+Three measurements, each interleaved round-robin with its raw baseline so both
+see the same machine state:
+
+1. Durable turn: T = 200 turns of K = 12 events, one `append` per turn (every
+   turn fsynced before the next starts). Baseline: msgspec lines, one
+   `os.write` + `os.fsync` per turn, file and directory fsynced on create.
+   Both encode the same typed events inside the timed region. Reports the
+   ratio of medians (goal <= 1.15), last-10 / first-10 per-turn cost (goal
+   <= 1.1), and bytes on disk / event payload bytes (goal <= 1.2).
+2. Load of a 100k-event session (`load` + core's `EventCodec.decode_log`)
+   vs reading the same file and `msgspec.json.Decoder().decode_lines` on it
+   (goal <= 1.2).
+3. List 5,000 sessions with titles from a fresh backend instance vs a raw
+   scan that opens each session file and decodes its first line (goal <=
+   0.3).
+
+Setup writes (the 100k-event session, the 5,000 sessions) go through the
+backend with fsync switched off in its `FileOps`: they are not measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+
+from benchmarks.workload import K, Workload, records
+from turnkeep import EventCodec, SessionHeader, SessionMeta, SessionSummary
+from turnkeep_jsonl import JsonlPersistence, OsFileOps
+
+TURNS = 200
+REPS = 7
+LOAD_EVENTS = 100_000
+LOAD_REPS = 7
+LIST_SESSIONS = 5_000
+LIST_REPS = 9
+
+_encode_into = msgspec.json.Encoder().encode_into
+_encode = msgspec.json.Encoder().encode
+
+
+class NoSyncOps(OsFileOps):
+    """Setup only: the real calls, minus fsync (nothing is measured with it)."""
+
+    def fsync(self, fd: int) -> None:
+        del fd
+
+    def fsync_dir(self, fd: int) -> None:
+        del fd
+
+
+@contextmanager
+def scratch() -> Generator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="bench-jsonl-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def meta(session_id: str, title: str | None = None) -> SessionMeta:
+    return SessionMeta(
+        header=SessionHeader(id=session_id, created_at=1_700_000_000_000, cwd="/w"),
+        summary=SessionSummary(updated_at=1_700_000_000_000, title=title),
+    )
+
+
+def disk_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+# -- 1. durable turn -----------------------------------------------------------
+
+
+def raw_turns(root: Path, turns: list[list[object]]) -> list[float]:
+    """The raw writer: one os.write + os.fsync per turn."""
+    directory = root / "raw"
+    directory.mkdir()
+    times: list[float] = []
+    t = time.perf_counter()
+    fd = os.open(directory / "s.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, _encode({"id": "s", "created_at": 1}) + b"\n")
+    os.fsync(fd)
+    dfd = os.open(directory, os.O_RDONLY)
+    os.fsync(dfd)
+    os.close(dfd)
+    setup = time.perf_counter() - t
+    buf = bytearray()
+    for index, events in enumerate(turns):
+        t = time.perf_counter()
+        buf.clear()
+        for event in events:
+            _encode_into(event, buf, -1)
+            buf += b"\n"
+        os.write(fd, buf)
+        os.fsync(fd)
+        times.append(time.perf_counter() - t + (setup if index == 0 else 0.0))
+    os.close(fd)
+    return times
+
+
+async def turnkeep_turns(root: Path, turns: list[list[object]]) -> list[float]:
+    """turnkeep: encode (core's codec) + `append`, one flush per turn."""
+    codec = EventCodec()
+    backend = JsonlPersistence(root / "store")
+    times: list[float] = []
+    t = time.perf_counter()
+    await backend.create(meta("s"))
+    setup = time.perf_counter() - t
+    for index, events in enumerate(turns):
+        t = time.perf_counter()
+        await backend.append("s", records(events, codec))  # type: ignore[arg-type]
+        times.append(time.perf_counter() - t + (setup if index == 0 else 0.0))
+    await backend.aclose()
+    return times
+
+
+def durable_turn() -> None:
+    workload = Workload(seed=7)
+    turns: list[list[object]] = [list(t) for t in workload.session(TURNS)]
+    payload = sum(len(r.raw) for t in turns for r in records(t))  # type: ignore[arg-type]
+    raw_runs: list[list[float]] = []
+    tk_runs: list[list[float]] = []
+    tk_bytes = raw_bytes = 0
+    for _ in range(REPS):
+        with scratch() as root:
+            raw_runs.append(raw_turns(root, turns))
+            raw_bytes = disk_bytes(root / "raw")
+        with scratch() as root:
+            tk_runs.append(asyncio.run(turnkeep_turns(root, turns)))
+            tk_bytes = disk_bytes(root / "store")
+    raw_total = statistics.median(sum(r) for r in raw_runs)
+    tk_total = statistics.median(sum(r) for r in tk_runs)
+
+    def per_turn(runs: list[list[float]], part: slice) -> float:
+        return statistics.median(statistics.mean(r[part]) for r in runs)
+
+    first, last = slice(0, 10), slice(-10, None)
+    print(f"1. durable turn, T={TURNS} x K={K} ({payload / 1e6:.2f} MB payload)")
+    print(f"   raw jsonl+fsync : {raw_total / TURNS * 1e6:8.0f} us/turn (median)")
+    print(f"   turnkeep-jsonl  : {tk_total / TURNS * 1e6:8.0f} us/turn (median)")
+    print(f"   ratio           : {tk_total / raw_total:8.3f}   (goal <= 1.15)")
+    growth = per_turn(tk_runs, last) / per_turn(tk_runs, first)
+    raw_growth = per_turn(raw_runs, last) / per_turn(raw_runs, first)
+    print(f"   last10/first10  : {growth:8.3f}   (goal <= 1.1; raw {raw_growth:.3f})")
+    print(
+        f"   disk / payload  : {tk_bytes / payload:8.3f}   (goal <= 1.2; "
+        f"raw {raw_bytes / payload:.3f})"
+    )
+
+
+# -- 2. load -------------------------------------------------------------------
+
+
+async def _populate_big(root: Path) -> None:
+    backend = JsonlPersistence(root, ops=NoSyncOps())
+    await backend.create(meta("big"))
+    workload = Workload(seed=11)
+    codec = EventCodec()
+    written = 0
+    for events in workload.session(LOAD_EVENTS // K + 1):
+        batch = records(events, codec)[: LOAD_EVENTS - written]  # type: ignore[arg-type]
+        if not batch:
+            break
+        await backend.append("big", batch)
+        written += len(batch)
+    await backend.aclose()
+
+
+def load() -> None:
+    codec = EventCodec()
+    decoder = msgspec.json.Decoder()
+    with scratch() as root:
+        asyncio.run(_populate_big(root / "store"))
+        (log,) = (root / "store").glob("g-*/*.jsonl")
+
+        def raw() -> int:
+            return len(decoder.decode_lines(log.read_bytes()))
+
+        async def ours() -> int:
+            loaded = await backend.load("big")
+            return len(codec.decode_log(loaded.events, session_id="big"))
+
+        backend = JsonlPersistence(root / "store")
+        loop = asyncio.new_event_loop()
+        raw_t: list[float] = []
+        tk_t: list[float] = []
+        n = 0
+        for _ in range(LOAD_REPS):
+            gc.collect()
+            t = time.perf_counter()
+            raw()
+            raw_t.append(time.perf_counter() - t)
+            gc.collect()
+            t = time.perf_counter()
+            n = loop.run_until_complete(ours())
+            tk_t.append(time.perf_counter() - t)
+        loop.run_until_complete(backend.aclose())
+        loop.close()
+        size = log.stat().st_size
+    r, k = statistics.median(raw_t), statistics.median(tk_t)
+    print(f"2. load of a {n:,}-event session ({size / 1e6:.1f} MB file)")
+    print(f"   raw read + msgspec decode_lines : {r * 1e3:8.1f} ms (median)")
+    print(f"   turnkeep load + decode_log      : {k * 1e3:8.1f} ms (median)")
+    print(f"   ratio                           : {k / r:8.3f}   (goal <= 1.2)")
+
+
+# -- 3. list -------------------------------------------------------------------
+
+
+async def _populate_many(root: Path) -> None:
+    backend = JsonlPersistence(root, ops=NoSyncOps())
+    workload = Workload(seed=4, text_min=100, text_max=600)
+    codec = EventCodec()
+    for i in range(LIST_SESSIONS):
+        session_id = f"sess-{i:06d}"
+        title = f"Session {i}: {workload.text()[:60]}"
+        await backend.create(meta(session_id, title))
+        for events in workload.session(2):
+            await backend.append(session_id, records(events, codec))  # type: ignore[arg-type]
+        await backend.release(session_id)
+    await backend.aclose()
+
+
+def raw_scan(root: Path, decode: Callable[[bytes], object]) -> int:
+    count = 0
+    for group in os.scandir(root):
+        if not group.name.startswith("g-"):
+            continue
+        with os.scandir(group.path) as entries:
+            for entry in entries:
+                if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
+                    with open(entry.path, "rb") as f:
+                        decode(f.readline())
+                    count += 1
+    return count
+
+
+def listing() -> None:
+    decoder = msgspec.json.Decoder()
+    with scratch() as root:
+        store = root / "store"
+        asyncio.run(_populate_many(store))
+
+        async def ours_one_page() -> int:
+            backend = JsonlPersistence(store)
+            page = await backend.list(limit=LIST_SESSIONS)
+            assert all(m.summary.title for m in page.items)
+            await backend.aclose()
+            return len(page.items)
+
+        async def ours_paged() -> int:
+            backend = JsonlPersistence(store)
+            count = 0
+            cursor: str | None = None
+            while True:
+                page = await backend.list(limit=100, cursor=cursor)
+                count += len(page.items)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            await backend.aclose()
+            return count
+
+        loop = asyncio.new_event_loop()
+        raw_t: list[float] = []
+        one_t: list[float] = []
+        paged_t: list[float] = []
+        for _ in range(LIST_REPS):
+            t = time.perf_counter()
+            assert raw_scan(store, decoder.decode) == LIST_SESSIONS
+            raw_t.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert loop.run_until_complete(ours_one_page()) == LIST_SESSIONS
+            one_t.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert loop.run_until_complete(ours_paged()) == LIST_SESSIONS
+            paged_t.append(time.perf_counter() - t)
+        loop.close()
+    r = statistics.median(raw_t)
+    one, paged = statistics.median(one_t), statistics.median(paged_t)
+    print(f"3. list {LIST_SESSIONS:,} sessions with titles (fresh instance each time)")
+    print(f"   raw scan (first line per file) : {r * 1e3:8.2f} ms (median)")
+    print(f"   turnkeep list(limit={LIST_SESSIONS})      : {one * 1e3:8.2f} ms")
+    print(f"   turnkeep, pages of 100         : {paged * 1e3:8.2f} ms")
+    print(f"   ratio (one call)               : {one / r:8.3f}   (goal <= 0.3)")
+    print(f"   ratio (paged)                  : {paged / r:8.3f}")
+
+
+def main() -> None:
+    durable_turn()
+    load()
+    listing()
+
+
+if __name__ == "__main__":
+    main()

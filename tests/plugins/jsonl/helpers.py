@@ -1,0 +1,114 @@
+"""Workload and lookup helpers of the turnkeep-jsonl tests.
+
+Imported as `plugins.jsonl.helpers` (`tests/` is on `sys.path`, see
+`conftest.py`): deterministic turns of encoded events, session metadata,
+seeded random generators that print their seed, and file lookups.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from turnkeep.codec import EventCodec, EventRecord
+from turnkeep.events import (
+    AssistantMessage,
+    AssistantMessageData,
+    SessionEvent,
+    TurnEnd,
+    TurnEndData,
+    UserMessage,
+    UserMessageData,
+)
+from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+from turnkeep_jsonl.names import LOG_SUFFIX, session_name
+
+CODEC = EventCodec()
+T0 = 1_700_000_000_000
+
+
+def seeded(request: pytest.FixtureRequest, salt: object = "") -> random.Random:
+    """A random generator whose seed is printed (and replayable)."""
+    seed = int(os.environ.get("TURNKEEP_SEED", random.randrange(2**32)))
+    print(f"\n[{request.node.nodeid}] seed={seed} (TURNKEEP_SEED={seed} replays it)")
+    return random.Random(f"{seed}:{salt}")
+
+
+@functools.lru_cache(maxsize=4096)
+def turn(
+    seq0: int, index: int, *, seed: object = 0, big: bool = False, tag: str = ""
+) -> list[EventRecord]:
+    """Turn `index` of a deterministic workload: 3-8 events from `seq0`.
+
+    Sizes are 0-300 bytes, with one event in twenty of 1-6 KiB, so some
+    flushes span several disk sectors (`big`: 0 B to 64 KiB, log-uniform).
+    Cached: treat the list as read-only.
+    """
+    rnd = random.Random(f"{seed}:{index}:{tag}")
+    count = rnd.randint(3, 8)
+    events: list[SessionEvent] = []
+    for i in range(count):
+        seq = seq0 + i
+        if big:
+            size = int(2 ** rnd.uniform(0, 16)) - 1
+        elif rnd.random() < 0.05:
+            size = rnd.randint(1024, 6144)
+        else:
+            size = rnd.randint(0, 300)
+        text = f"{tag}#{index}.{i}|" + "ab\u00e9\u2603 "[i % 5] * size
+        time = T0 + seq * 10
+        if i == count - 1:
+            events.append(
+                TurnEnd(
+                    seq=seq, time=time, data=TurnEndData(turn=index, status="completed")
+                )
+            )
+        elif i == 0:
+            events.append(
+                UserMessage(seq=seq, time=time, data=UserMessageData(text=text))
+            )
+        else:
+            events.append(
+                AssistantMessage(
+                    seq=seq, time=time, data=AssistantMessageData(text=text)
+                )
+            )
+    return [CODEC.record(e) for e in events]
+
+
+def turns(
+    count: int, *, seed: object = 0, big: bool = False, tag: str = ""
+) -> list[list[EventRecord]]:
+    """`count` consecutive turns, seq contiguous from 0."""
+    out: list[list[EventRecord]] = []
+    seq = 0
+    for index in range(count):
+        batch = turn(seq, index, seed=seed, big=big, tag=tag)
+        out.append(batch)
+        seq += len(batch)
+    return out
+
+
+def meta(
+    session_id: str = "s", *, title: str | None = None, cwd: str = "/w"
+) -> SessionMeta:
+    """A new session's metadata."""
+    return SessionMeta(
+        header=SessionHeader(id=session_id, created_at=T0, cwd=cwd),
+        summary=SessionSummary(updated_at=T0, title=title),
+    )
+
+
+def raws(batches: list[list[EventRecord]]) -> list[bytes]:
+    """The stored bytes of some flushes, in order."""
+    return [r.raw for batch in batches for r in batch]
+
+
+def log_file(root: Path, session_id: str = "s") -> Path:
+    """The log file of a session in a store."""
+    (found,) = root.glob(f"g-*/{session_name(session_id)}{LOG_SUFFIX}")
+    return found
