@@ -1,0 +1,286 @@
+"""The OpenAI-compatible model, against a mock server (httpx `MockTransport`).
+
+Never touches the network. The API key is a canary: after real turns on each
+durable backend, it appears in no event and in no byte of any file the store
+wrote, nor in error messages, nor in `repr`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from tests.loop.support import (
+    BACKENDS,
+    SpyTool,
+    backend_host_config,
+    backend_ready_async,
+)
+
+from turnkeep import AgentLoop, Host, ModelRequest
+from turnkeep.errors import ConfigurationError
+from turnkeep.messages import Message, ToolCallRequest
+from turnkeep.models import TextDelta, ToolCallRequested
+from turnkeep.openai_compat import DEFAULT_BASE_URL, OpenAIConfig, OpenAIModel
+from turnkeep.tools import ToolSpec
+
+
+def sse(*chunks: dict[str, Any]) -> bytes:
+    lines = [b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks]
+    return b": keep-alive\n\n" + b"".join(lines) + b"data: [DONE]\n\n"
+
+
+def text(piece: str) -> dict[str, Any]:
+    return {"choices": [{"delta": {"content": piece}}]}
+
+
+def tool_delta(index: int, **fields: Any) -> dict[str, Any]:
+    return {"choices": [{"delta": {"tool_calls": [{"index": index, **fields}]}}]}
+
+
+class Server:
+    """A scripted chat-completions server that records what it received."""
+
+    def __init__(self, key: str, replies: list[bytes]) -> None:
+        self.key = key
+        self.replies = replies
+        self.bodies: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        assert request.url.path.endswith("/chat/completions")
+        self.auth.append(request.headers.get("authorization"))
+        self.bodies.append(msgspec.json.decode(request.content))
+        return httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            content=self.replies[len(self.bodies) - 1],
+        )
+
+
+def canary() -> str:
+    return "sk-canary-" + secrets.token_hex(16)
+
+
+def model_for(
+    key: str, handler: Callable[[httpx.Request], httpx.Response]
+) -> OpenAIModel:
+    config = OpenAIConfig(model="test-model", base_url="http://mock/v1", api_key=key)
+    return OpenAIModel(config, transport=httpx.MockTransport(handler))
+
+
+def all_bytes(root: Path) -> list[tuple[Path, bytes]]:
+    return [(p, p.read_bytes()) for p in root.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.asyncio
+async def test_a_turn_with_tool_calls_and_the_key_never_stored(
+    backend: str, tmp_path: Path
+) -> None:
+    await backend_ready_async(backend, tmp_path)
+    key = canary()
+    server = Server(
+        key,
+        [
+            sse(
+                text("Let me "),
+                text("look."),
+                tool_delta(0, id="prov_1", function={"name": "look", "arguments": ""}),
+                tool_delta(0, function={"arguments": '{"path": '}),
+                tool_delta(0, function={"arguments": '"a.txt"}'}),
+                tool_delta(1, id="prov_2", function={"name": "act", "arguments": "{}"}),
+            ),
+            sse(text("All "), text("done.")),
+        ],
+    )
+    model = model_for(key, server.handle)
+    look = SpyTool("look", replay="safe", output="contents")
+    act = SpyTool("act", output="acted")
+    async with Host(backend_host_config(backend, tmp_path)) as host:
+        loop = AgentLoop.create(
+            "agent", host=host, model=model, tools=[look, act], instructions="be kind"
+        )
+        result = await loop.run_turn(loop.session_id, "look at a.txt")
+        assert (result.status, result.text) == ("completed", "All done.")
+        assert look.arguments == [{"path": "a.txt"}]
+        assert len(act.calls) == 1
+        events = list(host.sessions.get(loop.session_id).events)
+        encoded = b"".join(host.codec.encode(e) for e in events)
+        await loop.close()
+    await model.aclose()
+
+    assert server.auth == [f"Bearer {key}"] * 2
+    first, second = server.bodies
+    assert first["model"] == "test-model"
+    assert first["stream"] is True
+    assert first["messages"][0] == {"role": "system", "content": "be kind"}
+    assert first["messages"][1] == {"role": "user", "content": "look at a.txt"}
+    assert [t["function"]["name"] for t in first["tools"]] == ["look", "act"]
+    assistant = second["messages"][2]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"] == "Let me look."
+    calls = assistant["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["look", "act"]
+    assert msgspec.json.decode(calls[0]["function"]["arguments"]) == {"path": "a.txt"}
+    # The loop's own stable ids go back to the server, paired with results.
+    assert [m["tool_call_id"] for m in second["messages"][3:5]] == [
+        c["id"] for c in calls
+    ]
+    assert second["messages"][3]["content"].startswith("contents")
+
+    assert key.encode() not in encoded
+    assert key not in repr(model)
+    assert key not in repr(model.config)
+    written = all_bytes(tmp_path)
+    assert written, "the store wrote files"
+    leaks = [p for p, data in written if key.encode() in data]
+    assert leaks == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.asyncio
+async def test_a_server_that_echoes_the_key_in_an_error_leaks_nothing(
+    backend: str, tmp_path: Path
+) -> None:
+    await backend_ready_async(backend, tmp_path)
+    key = canary()
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"error": f"Incorrect API key provided: {key}"})
+
+    model = model_for(key, refuse)
+    async with Host(backend_host_config(backend, tmp_path)) as host:
+        loop = AgentLoop.create("agent", host=host, model=model)
+        result = await loop.run_turn(loop.session_id, "hello")
+        assert result.status == "failed"
+        assert result.error is not None
+        assert "HTTP 401" in result.error
+        assert "[redacted]" in result.error
+        assert key not in result.error
+        await loop.close()
+    await model.aclose()
+    assert [p for p, data in all_bytes(tmp_path) if key.encode() in data] == []
+
+
+async def collect(model: OpenAIModel, request: ModelRequest) -> list[Any]:
+    return [item async for item in model.stream(request)]
+
+
+@pytest.mark.asyncio
+async def test_failures_become_model_errors_without_the_key() -> None:
+    key = canary()
+    request = ModelRequest(messages=(Message(role="user", content="hi"),))
+
+    def broken_arguments(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, content=sse(tool_delta(0, function={"name": "x", "arguments": "{"}))
+        )
+
+    def not_an_object(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, content=sse(tool_delta(0, function={"name": "x", "arguments": "[1]"}))
+        )
+
+    def garbage(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"data: {not json\n\n")
+
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"cannot connect (key {key})", request=request)
+
+    from turnkeep.errors import ModelError
+
+    for handler, expected in [
+        (broken_arguments, "not JSON"),
+        (not_an_object, "not a JSON object"),
+        (garbage, "malformed chunk"),
+        (unreachable, "ConnectError"),
+    ]:
+        model = model_for(key, handler)
+        with pytest.raises(ModelError) as raised:
+            await collect(model, request)
+        assert expected in str(raised.value)
+        assert key not in str(raised.value)
+        assert raised.value.__cause__ is None  # nothing chained that holds the key
+        await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_history_is_sent_in_the_chat_completions_shape() -> None:
+    server = Server("", [sse(text("ok"))])
+    model = model_for("", server.handle)
+    request = ModelRequest(
+        messages=(
+            Message(role="user", content="hi"),
+            Message(
+                role="assistant",
+                content="",
+                tool_calls=(ToolCallRequest(id="c1", name="t", arguments={"a": 1}),),
+            ),
+            Message(role="tool", content="out", tool_call_id="c1", status="ok"),
+        ),
+        tools=(ToolSpec(name="t", description="d", parameters={"type": "object"}),),
+    )
+    assert await collect(model, request) == [TextDelta("ok")]
+    (body,) = server.bodies
+    assert server.auth == [None]  # no key configured: no header
+    assert body["messages"] == [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "t", "arguments": '{"a":1}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+    ]
+    assert body["tools"][0]["function"]["name"] == "t"
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_tool_calls_without_arguments_are_empty_objects() -> None:
+    server = Server("", [sse(tool_delta(0, function={"name": "t"}))])
+    model = model_for("", server.handle)
+    request = ModelRequest(messages=(Message(role="user", content="hi"),))
+    assert await collect(model, request) == [ToolCallRequested("t", {})]
+    await model.aclose()
+
+
+def test_configuration_comes_from_the_environment() -> None:
+    assert OpenAIConfig.from_env({}) is None
+    assert OpenAIConfig.from_env({"OPENAI_API_KEY": "k"}) is None  # no model: off
+    config = OpenAIConfig.from_env(
+        {"TURNKEEP_OPENAI_MODEL": "m", "OPENAI_API_KEY": "k1", "OPENAI_BASE_URL": "u"}
+    )
+    assert config == OpenAIConfig(model="m", base_url="u", api_key="k1")
+    assert "k1" not in repr(config)
+    preferred = OpenAIConfig.from_env(
+        {
+            "TURNKEEP_OPENAI_MODEL": "m",
+            "TURNKEEP_OPENAI_API_KEY": "k2",
+            "OPENAI_API_KEY": "k1",
+            "TURNKEEP_OPENAI_BASE_URL": "v",
+            "OPENAI_BASE_URL": "u",
+            "TURNKEEP_OPENAI_TIMEOUT": "5",
+        }
+    )
+    assert preferred is not None
+    assert (preferred.api_key, preferred.base_url, preferred.timeout) == ("k2", "v", 5)
+    default = OpenAIConfig.from_env({"TURNKEEP_OPENAI_MODEL": "m"})
+    assert default is not None
+    assert (default.base_url, default.api_key) == (DEFAULT_BASE_URL, None)
+    with pytest.raises(ConfigurationError):
+        OpenAIConfig.from_env(
+            {"TURNKEEP_OPENAI_MODEL": "m", "TURNKEEP_OPENAI_TIMEOUT": "x"}
+        )
