@@ -1,56 +1,185 @@
-"""The main job: a short scripted conversation through the turnkeep host.
+"""The main job (`make demo`): a coding agent is killed mid-tool and resumes.
 
-Runs on the default store that configuration selects (in-memory when no
-persistence plugin is installed), flushes at every turn end, and prints the
-log and the model history derived from it.
+1. The coding agent (`examples/coding_agent`, scripted model, offline) starts
+   a task in a fresh workspace: add `greet.py` with a test, run the test.
+2. While its `run_command` tool is in flight (the test has run, its result
+   is not in the session yet), the process is killed with SIGKILL.
+3. A new process resumes the session from the store. turnkeep reports the
+   cut-off call as interrupted, outcome unknown, and does not run it again;
+   the model inspects the workspace instead, and finishes the task.
+4. The demo checks that the test ran exactly once and says so.
+
+Nothing is configured here, so the agent uses turnkeep's embedded default
+store (the `jsonl` plugin, under the user data directory); `turnkeep.toml`
+or `TURNKEEP_PERSISTENCE` would choose another one with no code change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
 
-from turnkeep import (
-    AssistantChunk,
-    AssistantChunkData,
-    AssistantMessage,
-    AssistantMessageData,
-    Host,
-    TurnEnd,
-    TurnEndData,
-    TurnStart,
-    TurnStartData,
-    UserMessage,
-    UserMessageData,
-    derive_messages,
-    load_config,
-)
+from turnkeep import Host, ToolCall, ToolResult, TurnEnd, load_config
 
-SCRIPT = [
-    ("What is turnkeep?", "A host that keeps agent sessions durable."),
-    ("And if the process dies?", "The last durable turn is where you resume."),
-]
+RULE = "-" * 72
 
 
-async def main() -> None:
-    """Run the scripted conversation and print what was stored."""
-    config = load_config()
-    async with Host(config) as host:
-        backend = host.persistence_name or "none (in memory only)"
-        print(f"persistence backend: {backend}")
-        session = host.sessions.create()
-        for turn, (question, answer) in enumerate(SCRIPT, start=1):
-            session.append(TurnStart, TurnStartData(turn=turn))
-            session.append(UserMessage, UserMessageData(text=question))
-            for word in answer.split(" "):
-                session.append(AssistantChunk, AssistantChunkData(text=word + " "))
-            session.append(AssistantMessage, AssistantMessageData(text=answer))
-            session.append(TurnEnd, TurnEndData(turn=turn, status="completed"))
-            await session.flush()
-            print(f"turn {turn} flushed: {len(session.events)} events so far")
-        for message in derive_messages(session.events):
-            print(f"  {message.role:>9}: {message.content}")
-        await host.sessions.close(session.id)
+def say(text: str = "") -> None:
+    """Print one line of narration."""
+    print(text, flush=True)
+
+
+def agent(
+    workspace: Path, *arguments: str, hold: bool = False
+) -> subprocess.Popen[str]:
+    """Start the coding agent in its own process group, output piped."""
+    env = dict(os.environ)
+    env.pop("CODING_AGENT_HOLD_AFTER", None)
+    if hold:
+        env["CODING_AGENT_HOLD_AFTER"] = "run_command"
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and module, fixed argv
+        [
+            sys.executable,
+            "-m",
+            "coding_agent",
+            "--workspace",
+            str(workspace),
+            *arguments,
+        ],
+        cwd=workspace.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # so the kill takes its children too
+    )
+
+
+def _out(process: subprocess.Popen[str]) -> IO[str]:
+    if process.stdout is None:
+        raise RuntimeError("the agent's output is not piped")
+    return process.stdout
+
+
+def relay(stream: IO[str], until: str | None = None) -> list[str]:
+    """Echo the agent's lines (indented) until one starts with `until`."""
+    seen: list[str] = []
+    for line in stream:
+        line = line.rstrip("\n")
+        seen.append(line)
+        print(f"    | {line}", flush=True)
+        if until is not None and line.startswith(until):
+            break
+    return seen
+
+
+def times(count: int) -> str:
+    """`once`, `twice`, `3 times`."""
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
+
+
+def value(lines: Sequence[str], prefix: str) -> str:
+    """The rest of the first line starting with `prefix`."""
+    for line in lines:
+        if line.startswith(prefix):
+            return line[len(prefix) :].strip()
+    raise SystemExit(f"demo: the agent never printed {prefix!r}")
+
+
+async def audit(session_id: str, workspace: Path) -> tuple[int, int, str]:
+    """Read the session back: run_command calls, interrupted results, last status."""
+    async with Host(load_config(workspace.parent)) as host:
+        session = await host.sessions.resume(session_id)
+        events = list(session.events)
+        await host.sessions.close(session_id)
+    runs = sum(
+        1 for e in events if isinstance(e, ToolCall) and e.data.name == "run_command"
+    )
+    interrupted = sum(
+        1
+        for e in events
+        if isinstance(e, ToolResult) and e.data.status == "interrupted"
+    )
+    ends = [e for e in events if isinstance(e, TurnEnd)]
+    return runs, interrupted, ends[-1].data.status if ends else "none"
+
+
+def main() -> int:
+    """Run the demo; exit non-zero if anything did not happen as promised."""
+    workspace = Path(tempfile.mkdtemp(prefix="turnkeep-demo-")) / "workspace"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("# A tiny project\n", encoding="utf-8")
+    say(RULE)
+    say("turnkeep demo: a coding agent is killed in the middle of a tool call,")
+    say("and a new process picks the session up from disk.")
+    say(f"Workspace: {workspace}")
+    say(RULE)
+    say("1. The agent starts its task. Each tool that changes something is")
+    say("   saved in the session log before it runs.")
+    first = agent(workspace, hold=True)
+    lines = relay(_out(first), until="[hold]")
+    if not lines or not lines[-1].startswith("[hold]"):
+        first.wait()
+        say(f"demo: the agent stopped early (exit status {first.returncode}).")
+        return 1
+    session_id = value(lines, "session:")
+    store = value(lines, "store:").split(";")[0]
+    if store.startswith("none"):
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        say("demo: no persistence plugin is installed, so nothing survives a")
+        say("crash. Install turnkeep-jsonl (make install) and run it again.")
+        return 1
+    say()
+    say("2. The test command has run, but its result has not reached the")
+    say("   session yet. Now the process is killed (SIGKILL, no cleanup).")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    _out(first).close()
+    runs_before = (workspace / "test-runs.log").read_text().count("run")
+    ran = times(runs_before)
+    say(f"   Killed. The workspace's test-runs.log says the test ran {ran};")
+    say("   the session does not know how that run ended.")
+    say()
+    say(f"3. A new process resumes session {session_id} from the {store} store.")
+    second = agent(workspace, "--session", session_id, "--continue")
+    relay(_out(second))
+    _out(second).close()
+    if second.wait() != 0:
+        say(f"demo: the resumed agent failed (exit status {second.returncode}).")
+        return 1
+    runs, interrupted, status = asyncio.run(audit(session_id, workspace))
+    runs_after = (workspace / "test-runs.log").read_text().count("run")
+    say()
+    say(RULE)
+    say("What happened:")
+    say(f"- The session was stored by the {store!r} plugin and survived the kill.")
+    say(
+        f"- The interrupted run_command was reported as interrupted "
+        f"({interrupted} interrupted result in the log), not repeated."
+    )
+    say(
+        "- The model inspected the test report instead, and finished the "
+        f"task (the turn ended {status!r})."
+    )
+    say(
+        f"- The test ran {times(runs_after)} in all, although the process died "
+        f"while running it ({runs} run_command call in the log)."
+    )
+    say(RULE)
+    ok = runs_after == runs_before == 1 and interrupted == 1 and status == "completed"
+    if not ok:
+        say("demo: that is not what should have happened.")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    raise SystemExit(main())

@@ -82,6 +82,8 @@ def describe(event: SessionEvent) -> str | None:
         )
         return f"  -> {event.data.name} {_brief(event.data.arguments)}{note}"
     if isinstance(event, ToolResult):
+        if event.data.status == "interrupted":
+            return f"  <- interrupted: {event.data.output}"
         first = event.data.output.strip().splitlines()[0] if event.data.output else ""
         return f"  <- {event.data.status}: {first[:100]}"
     if isinstance(event, TurnEnd):
@@ -151,6 +153,8 @@ async def run(argv: Sequence[str]) -> int:
     async with Host(load_config()) as host:
         store = host.persistence_name or "none (nothing outlives this process)"
         print(f"store: {store}; model: {model_name}; workspace: {workspace.root}")
+        if args.session is not None:
+            print(f"resuming session {args.session} from the store", flush=True)
         agent = await open_agent(
             host,
             workspace,
@@ -162,7 +166,7 @@ async def run(argv: Sequence[str]) -> int:
         )
         print(f"session: {agent.session_id}", flush=True)
         if agent.recovery is not None:
-            print(agent.recovery.describe(), flush=True)
+            print("recovery: " + agent.recovery.describe(), flush=True)
         if task:
             await agent.run_turn(agent.session_id, task)
         await agent.close()
