@@ -134,8 +134,9 @@ def main() -> int:
     if store.startswith("none"):
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-        say("demo: no persistence plugin is installed, so nothing survives a")
-        say("crash. Install turnkeep-jsonl (make install) and run it again.")
+        say("demo: no persistence plugin is active, so nothing would survive a")
+        say("crash. Install turnkeep-jsonl (make install), or check the")
+        say("`persistence` setting (turnkeep.toml, TURNKEEP_PERSISTENCE).")
         return 1
     say()
     say("2. The test command has run, but its result has not reached the")

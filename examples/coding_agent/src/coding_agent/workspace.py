@@ -64,9 +64,10 @@ class Workspace:
             raise ToolError(f"{relative!r} does not exist") from None
         except OSError as exc:
             raise ToolError(f"cannot open {relative!r}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ToolError(f"{relative!r} is not a regular file")
         with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ToolError(f"{relative!r} is not a regular file")
             data = handle.read(limit + 1)
         text = data[:limit].decode("utf-8", "replace")
         if len(data) > limit:

@@ -1,0 +1,344 @@
+"""The coding agent: confined tools, and a real kill in the middle of a tool."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.examples.support import Agent, configure, example_env, value
+from tests.loop.support import BACKENDS, backend_host_config, backend_ready
+
+from coding_agent import Workspace, choose_model, open_agent, workspace_tools
+from coding_agent.script import scripted_model
+from turnkeep import (
+    AgentLoop,
+    Host,
+    Reply,
+    ScriptedCall,
+    ScriptedModel,
+    SessionEvent,
+    Tool,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    TurnEnd,
+    derive_messages,
+    encode_messages,
+)
+from turnkeep.errors import ToolError
+from turnkeep.openai_compat import OpenAIModel
+from turnkeep.recovery import pairing_problems
+
+CONTEXT = ToolContext(call_id="call_test", session_id="s", agent_id="a", turn=1)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    root = tmp_path / "workspace"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("print('hi')\nanswer = 42\n")
+    (root / "notes.txt").write_text("remember the answer\n")
+    (tmp_path / "secret.txt").write_text("outside\n")
+    return Workspace(root)
+
+
+def tools(workspace: Workspace) -> dict[str, Tool]:
+    return {t.name: t for t in workspace_tools(workspace)}
+
+
+async def run(tool: Tool, **arguments: Any) -> str:
+    return await tool.run(arguments, CONTEXT)
+
+
+@pytest.mark.asyncio
+async def test_the_tools_declare_their_replay_policy(workspace: Workspace) -> None:
+    policy = {name: getattr(t, "replay", None) for name, t in tools(workspace).items()}
+    assert policy == {
+        "read_file": "safe",
+        "list_dir": "safe",
+        "search": "safe",
+        "write_file": "unsafe",
+        "apply_patch": "unsafe",
+        "run_command": "unsafe",
+    }
+
+
+@pytest.mark.asyncio
+async def test_paths_that_leave_the_workspace_are_refused(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    by_name = tools(workspace)
+    root = workspace.root
+    (root / "out-file").symlink_to(tmp_path / "secret.txt")
+    (root / "out-dir").symlink_to(tmp_path)
+    (root / "in-file").symlink_to(root / "notes.txt")
+    escapes = [
+        "../secret.txt",
+        "src/../../secret.txt",
+        str(tmp_path / "secret.txt"),
+        "out-file",
+        "out-dir/secret.txt",
+        "",
+        "a\x00b",
+    ]
+    for path in escapes:
+        with pytest.raises(ToolError):
+            await run(by_name["read_file"], path=path)
+        with pytest.raises(ToolError):
+            await run(by_name["write_file"], path=path, content="x")
+        with pytest.raises(ToolError):
+            await run(by_name["list_dir"], path=path)
+    with pytest.raises(ToolError):
+        await run(by_name["write_file"], path="out-dir/new.txt", content="x")
+    with pytest.raises(ToolError):
+        await run(by_name["write_file"], path=".", content="x")
+    assert (tmp_path / "secret.txt").read_text() == "outside\n"
+    assert not (tmp_path / "new.txt").exists()
+    # A symlink that stays inside is fine.
+    assert await run(by_name["read_file"], path="in-file") == "remember the answer\n"
+
+
+@pytest.mark.asyncio
+async def test_reading_listing_and_searching(workspace: Workspace) -> None:
+    by_name = tools(workspace)
+    (workspace.root / "link").symlink_to(workspace.root / "notes.txt")
+    assert await run(by_name["list_dir"]) == "link@\nnotes.txt\nsrc/"
+    assert await run(by_name["list_dir"], path="src") == "app.py"
+    found = await run(by_name["search"], text="answer")
+    assert found == "notes.txt:1: remember the answer\nsrc/app.py:2: answer = 42"
+    assert await run(by_name["search"], text="nowhere") == "no matches"
+    with pytest.raises(ToolError):
+        await run(by_name["search"], text="")
+    with pytest.raises(ToolError):
+        await run(by_name["read_file"], path="missing.txt")
+    with pytest.raises(ToolError):
+        await run(by_name["read_file"], path="src")  # not a regular file
+    with pytest.raises(ToolError):
+        await run(by_name["list_dir"], path="notes.txt")
+    big = "x" * (70 * 1024)
+    (workspace.root / "big.txt").write_text(big)
+    text = await run(by_name["read_file"], path="big.txt")
+    assert text.endswith("[... cut at 65536 bytes]")
+
+
+@pytest.mark.asyncio
+async def test_writing_and_patching(workspace: Workspace) -> None:
+    by_name = tools(workspace)
+    said = await run(by_name["write_file"], path="pkg/new/mod.py", content="a = 1\n")
+    assert said == "wrote 6 bytes to pkg/new/mod.py"
+    assert (workspace.root / "pkg" / "new" / "mod.py").read_text() == "a = 1\n"
+    assert await run(by_name["apply_patch"], path="pkg/new/mod.py", old="1", new="2")
+    assert (workspace.root / "pkg" / "new" / "mod.py").read_text() == "a = 2\n"
+    (workspace.root / "twice.txt").write_text("x x\n")
+    with pytest.raises(ToolError, match="occurs 2 times"):
+        await run(by_name["apply_patch"], path="twice.txt", old="x", new="y")
+    with pytest.raises(ToolError, match="occurs 0 times"):
+        await run(by_name["apply_patch"], path="twice.txt", old="z", new="y")
+    with pytest.raises(ToolError):
+        await run(by_name["apply_patch"], path="twice.txt", old="", new="y")
+    leftovers = [p.name for p in workspace.root.rglob(".*.tmp")]
+    assert leftovers == []
+
+
+@pytest.mark.asyncio
+async def test_run_command_in_the_workspace(workspace: Workspace) -> None:
+    command = tools(workspace)["run_command"]
+    script = "import os; print(os.getcwd()); print(os.environ['TURNKEEP_CALL_ID'])"
+    output = await run(command, command=f"{sys.executable} -c {script!r}")
+    assert output == f"exit status 0\n{workspace.root}\ncall_test\n"
+    failing = await run(command, command=f"{sys.executable} -c 'raise SystemExit(3)'")
+    assert failing.startswith("exit status 3")
+    for bad in ("", "'unclosed", "no-such-program-here"):
+        with pytest.raises(ToolError):
+            await run(command, command=bad)
+    with pytest.raises(ToolError):
+        await run(command, command="true", timeout=0)
+
+
+@pytest.mark.asyncio
+async def test_run_command_kills_what_runs_too_long(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    command = tools(workspace)["run_command"]
+    pid_file = tmp_path / "pid"
+    script = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        "time.sleep(60)"
+    )
+    with pytest.raises(ToolError, match="did not finish within 1 s"):
+        await run(command, command=f"{sys.executable} -c {script!r}", timeout=1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_turn_kills_the_running_command(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    script = (
+        f"import os, time; f = open({str(fifo)!r}, 'w'); f.write(str(os.getpid())); "
+        "f.close(); time.sleep(60)"
+    )
+    model = ScriptedModel(
+        [
+            Reply(
+                "running",
+                (
+                    ScriptedCall(
+                        "run_command", {"command": f"{sys.executable} -c {script!r}"}
+                    ),
+                ),
+            )
+        ]
+    )
+    async with Host(backend_host_config("memory", tmp_path)) as host:
+        loop = AgentLoop.create(
+            "coding", host=host, model=model, tools=workspace_tools(workspace)
+        )
+        running = asyncio.create_task(loop.run_turn(loop.session_id, "go"))
+        pid = int(await asyncio.to_thread(fifo.read_text))  # the command started
+        result = await loop.cancel(loop.session_id)
+        assert result is not None
+        assert result.status == "cancelled"
+        assert (await running).status == "cancelled"
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        answer = host.sessions.get(loop.session_id).events[-2]
+        assert isinstance(answer, ToolResult)
+        assert answer.data.status == "interrupted"
+
+
+def test_the_model_is_scripted_unless_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TURNKEEP_OPENAI_MODEL", raising=False)
+    model, name = choose_model()
+    assert isinstance(model, ScriptedModel)
+    assert name == "scripted (offline)"
+    monkeypatch.setenv("TURNKEEP_OPENAI_MODEL", "some-model")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:1/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-shown")
+    model, name = choose_model()
+    assert isinstance(model, OpenAIModel)
+    assert name == "some-model at http://localhost:1/v1"
+    assert "sk-not-shown" not in name
+
+
+# -- a real kill in the middle of an unsafe tool -------------------------------
+
+
+def crash_mid_command(backend: str, tmp_path: Path) -> tuple[Path, Path, str]:
+    """Run the agent until `run_command` has run, then SIGKILL it."""
+    cwd = tmp_path / "run"
+    configure(cwd, backend, tmp_path)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("# tiny\n")
+    env = example_env(tmp_path, CODING_AGENT_HOLD_AFTER="run_command")
+    agent = Agent.start(
+        "coding_agent", ["--workspace", str(workspace)], cwd=cwd, env=env
+    )
+    session_id = value(agent.read_until("session:"), "session:")
+    agent.read_until("[hold]")
+    agent.kill()
+    assert (workspace / "test-runs.log").read_text().split() == ["run"]
+    return cwd, workspace, session_id
+
+
+def load(backend: str, store: Path, session_id: str) -> list[SessionEvent]:
+    async def read() -> list[SessionEvent]:
+        async with Host(backend_host_config(backend, store)) as host:
+            return list((await host.sessions.resume(session_id)).events)
+
+    return asyncio.run(read())
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_mid_command_then_resumed_by_a_new_process(
+    backend: str, tmp_path: Path
+) -> None:
+    backend_ready(backend, tmp_path)
+    cwd, workspace, session_id = crash_mid_command(backend, tmp_path)
+    crashed = load(backend, tmp_path, session_id)
+    assert pairing_problems(crashed) == []
+    commands = [
+        e for e in crashed if isinstance(e, ToolCall) and e.data.name == "run_command"
+    ]
+    assert len(commands) == 1  # its intent was durable before it ran
+    assert not any(isinstance(e, ToolResult) for e in crashed[commands[0].seq :])
+
+    resumed = Agent.start(
+        "coding_agent",
+        ["--workspace", str(workspace), "--session", session_id, "--continue"],
+        cwd=cwd,
+        env=example_env(tmp_path),
+    )
+    output = resumed.finish()
+    assert resumed.proc.returncode == 0, output
+    assert "<- interrupted: [interrupted]" in output
+    assert "It was NOT run again." in output
+    assert "-- turn 1 completed --" in output
+    assert (workspace / "test-runs.log").read_text().split() == ["run"]
+
+    final = load(backend, tmp_path, session_id)
+    assert final[: len(crashed)] == crashed
+    assert pairing_problems(final) == []
+    answers = {e.data.call_id: e.data for e in final if isinstance(e, ToolResult)}
+    assert answers[commands[0].data.call_id].status == "interrupted"
+    names = [e.data.name for e in final if isinstance(e, ToolCall)]
+    assert names == ["list_dir", "write_file", "write_file", "run_command", "read_file"]
+    end = final[-1]
+    assert isinstance(end, TurnEnd)
+    assert (end.data.turn, end.data.status) == (1, "completed")
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cold_and_warm_histories_agree_after_a_real_kill(
+    backend: str, tmp_path: Path
+) -> None:
+    backend_ready(backend, tmp_path)
+    _cwd, workspace, session_id = crash_mid_command(backend, tmp_path)
+
+    async def continue_warm() -> bytes:
+        async with Host(backend_host_config(backend, tmp_path)) as host:
+            loop = await open_agent(
+                host,
+                Workspace(workspace),
+                model=scripted_model(),
+                session_id=session_id,
+                continue_turn=True,
+            )
+            assert loop.recovery is not None
+            assert len(loop.recovery.interrupted) == 1
+            warm = encode_messages(
+                derive_messages(host.sessions.get(session_id).events)
+            )
+            await loop.run_turn(session_id, "Thanks. Anything else?")
+            warm_after = encode_messages(
+                derive_messages(host.sessions.get(session_id).events)
+            )
+            await loop.close()
+            return warm + b"\n" + warm_after
+
+    warm = asyncio.run(continue_warm())
+    events = load(backend, tmp_path, session_id)
+    cold_after = encode_messages(derive_messages(events))
+    ends = [e.seq for e in events if isinstance(e, TurnEnd)]
+    cold = encode_messages(derive_messages(events[: ends[0] + 1]))
+    assert warm == cold + b"\n" + cold_after
+
+
+def test_tool_arguments_shape(workspace: Workspace) -> None:
+    for tool in workspace_tools(workspace):
+        parameters: Mapping[str, Any] = tool.parameters
+        assert parameters["type"] == "object"
+        assert set(parameters["required"]) <= set(parameters["properties"])
