@@ -37,7 +37,7 @@ from turnkeep import (
     TurnEnd,
 )
 from turnkeep.recovery import pairing_problems
-from turnkeep.steps import (
+from turnkeep.turns import (
     CANCELLED_SAFE_OUTPUT,
     CANCELLED_UNSAFE_OUTPUT,
     NOT_RUN_CANCELLED_OUTPUT,

@@ -47,7 +47,7 @@ from turnkeep import (
 )
 from turnkeep.errors import FlushError, TurnNotDurableError
 from turnkeep.recovery import pairing_problems
-from turnkeep.steps import NOT_DURABLE_OUTPUT
+from turnkeep.turns import NOT_DURABLE_OUTPUT
 
 TRIALS = 100
 

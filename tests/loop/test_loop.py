@@ -40,7 +40,7 @@ from turnkeep.errors import (
     TurnInProgressError,
 )
 from turnkeep.recovery import pairing_problems
-from turnkeep.steps import call_id_for
+from turnkeep.turns import call_id_for
 
 
 def say(text: str, *calls: ScriptedCall) -> Reply:

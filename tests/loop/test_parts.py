@@ -38,8 +38,8 @@ from turnkeep.recovery import (
     open_turn,
     pairing_problems,
 )
-from turnkeep.steps import call_id_for
 from turnkeep.tools import int_argument, str_argument, tool_spec
+from turnkeep.turns import call_id_for
 
 
 @given(st.text())

@@ -43,7 +43,7 @@ from turnkeep.errors import FlushError
 from turnkeep.events import ReplayPolicy
 from turnkeep.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.recovery import open_turn, pairing_problems
-from turnkeep.steps import call_id_for
+from turnkeep.turns import call_id_for
 
 
 async def crashed_log(

@@ -37,7 +37,7 @@ from turnkeep.events import (
 from turnkeep.hookspecs import hookimpl
 from turnkeep.host import Host
 from turnkeep.ids import new_session_id, validate_session_id
-from turnkeep.loop import AgentLoop, TurnStream
+from turnkeep.loop import AgentLoop
 from turnkeep.memory import MemoryPersistence, MemoryStorage
 from turnkeep.messages import Message, ToolCallRequest, derive_messages, encode_messages
 from turnkeep.meta import (
@@ -66,7 +66,6 @@ from turnkeep.persistence import (
 )
 from turnkeep.recovery import RecoveryReport
 from turnkeep.session import Session, SessionStore
-from turnkeep.steps import TurnResult
 from turnkeep.tools import (
     FunctionTool,
     Tool,
@@ -75,6 +74,7 @@ from turnkeep.tools import (
     function_tool,
     replay_policy,
 )
+from turnkeep.turns import TurnResult, TurnStream
 from turnkeep.writebehind import WriteBehind
 
 __version__ = "0.1.0"

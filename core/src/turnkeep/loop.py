@@ -22,7 +22,7 @@ streaming consumer (`stream_turn`) only watches it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -38,8 +38,9 @@ from turnkeep.host import Host
 from turnkeep.models import Model
 from turnkeep.recovery import RecoveryReport, open_turn
 from turnkeep.session import Session
-from turnkeep.steps import Running, TurnResult, TurnRunner
+from turnkeep.steps import TurnRunner
 from turnkeep.tools import Tool, validate_tools
+from turnkeep.turns import Outcome, Running, TurnResult, TurnStream
 
 __all__ = ["AgentLoop", "TurnResult", "TurnStream"]
 
@@ -55,12 +56,6 @@ class _NewTurn:
 @attrs.frozen
 class _Recover:
     continue_turn: bool
-
-
-@attrs.frozen
-class _Outcome:
-    result: TurnResult | None = None
-    report: RecoveryReport | None = None
 
 
 @attrs.define(eq=False)
@@ -291,7 +286,7 @@ class AgentLoop:
         running.cancel_requested = True
         if running.phase in ("model", "tool"):
             running.task.cancel()
-        outcome: _Outcome = await asyncio.shield(running.task)
+        outcome: Outcome = await asyncio.shield(running.task)
         return outcome.result
 
     def running(self, session_id: str) -> bool:
@@ -327,11 +322,11 @@ class AgentLoop:
         )
         return running
 
-    async def _wait(self, running: Running) -> _Outcome:
+    async def _wait(self, running: Running) -> Outcome:
         task = running.task
         assert task is not None  # noqa: S101 - set by _start
         try:
-            outcome: _Outcome = await asyncio.shield(task)
+            outcome: Outcome = await asyncio.shield(task)
         except asyncio.CancelledError:
             # Our caller was cancelled: end the turn cleanly, then pass it on.
             if not task.done():
@@ -342,16 +337,16 @@ class AgentLoop:
             raise
         return outcome
 
-    async def _drive(self, running: Running, job: _NewTurn | _Recover) -> _Outcome:
+    async def _drive(self, running: Running, job: _NewTurn | _Recover) -> Outcome:
         try:
             await self._admit(running)
             runner = self._runner(running)
             if isinstance(job, _Recover):
                 report, result = await runner.recover(continue_turn=job.continue_turn)
-                return _Outcome(result=result, report=report)
+                return Outcome(result=result, report=report)
             if open_turn(running.session.events) is not None:
                 await runner.recover(continue_turn=False)
-            return _Outcome(result=await runner.new_turn(job.text))
+            return Outcome(result=await runner.new_turn(job.text))
         finally:
             if self._running.get(running.session.id) is running:
                 del self._running[running.session.id]
@@ -398,33 +393,6 @@ class AgentLoop:
             running=running,
             flush=self._flush,
         )
-
-
-@attrs.define(eq=False)
-class TurnStream:
-    """The events of one running turn, as an async iterator.
-
-    Made by `AgentLoop.stream_turn`.
-    """
-
-    _queue: asyncio.Queue[SessionEvent | None]
-    _task: asyncio.Task[_Outcome]
-
-    def __aiter__(self) -> AsyncIterator[SessionEvent]:
-        return self
-
-    async def __anext__(self) -> SessionEvent:
-        item = await self._queue.get()
-        if item is None:
-            self._task.result()  # raises the turn's error, if any
-            raise StopAsyncIteration
-        return item
-
-    async def result(self) -> TurnResult:
-        """Wait for the turn to end and return its result."""
-        outcome = await asyncio.shield(self._task)
-        assert outcome.result is not None  # noqa: S101 - a new turn always has one
-        return outcome.result
 
 
 def _check(agent_id: Any, tools: Iterable[Tool], max_steps: int) -> dict[str, Tool]:

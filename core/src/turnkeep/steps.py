@@ -15,8 +15,8 @@ happens (the tool fails, is cancelled, the turn is cancelled before it
 runs), so the log pairs every call with one result except across a crash,
 which recovery repairs.
 
-Call ids are derived from the session id and the call's seq: unique, stable
-across crashes, and identical for the same log wherever it is continued.
+The records it fills in (`TurnResult`, `Running`) and the texts it writes
+for calls that did not finish live in `turnkeep.turns`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Final, TypeVar
 
 import attrs
 
@@ -58,39 +57,20 @@ from turnkeep.models import Model, ModelRequest, TextDelta, ToolCallRequested
 from turnkeep.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.session import Session
 from turnkeep.tools import Tool, ToolContext, replay_policy, tool_spec
+from turnkeep.turns import (
+    CANCELLED_SAFE_OUTPUT,
+    CANCELLED_UNSAFE_OUTPUT,
+    NOT_DURABLE_OUTPUT,
+    NOT_RUN_CANCELLED_OUTPUT,
+    Running,
+    TurnResult,
+    call_id_for,
+)
 
-__all__ = [
-    "CANCELLED_SAFE_OUTPUT",
-    "CANCELLED_UNSAFE_OUTPUT",
-    "NOT_DURABLE_OUTPUT",
-    "NOT_RUN_CANCELLED_OUTPUT",
-    "Phase",
-    "Running",
-    "TurnResult",
-    "TurnRunner",
-    "call_id_for",
-]
+__all__ = ["TurnRunner"]
 
 E = TypeVar("E", bound=SessionEvent)
 
-Phase: TypeAlias = Literal["admit", "model", "tool", "flush", "between", "end"]
-"""Where a running turn is; `cancel` interrupts only `model` and `tool`."""
-
-NOT_DURABLE_OUTPUT: Final = (
-    "[not run] The session could not be saved before this tool, which has "
-    "outside effects, so it was not executed."
-)
-NOT_RUN_CANCELLED_OUTPUT: Final = (
-    "[not run] The turn was cancelled before this tool started."
-)
-CANCELLED_UNSAFE_OUTPUT: Final = (
-    "[interrupted] The turn was cancelled while this tool ran. Its outcome is "
-    "unknown: inspect before repeating it."
-)
-CANCELLED_SAFE_OUTPUT: Final = (
-    "[interrupted] The turn was cancelled while this tool ran. It has no "
-    "outside effects and may be run again."
-)
 _CRASHED: Final = "the process stopped during this turn; recovered after restart"
 
 _SUMMARY_STATUS: Final[dict[TurnStatus, SessionStatus]] = {
@@ -99,59 +79,6 @@ _SUMMARY_STATUS: Final[dict[TurnStatus, SessionStatus]] = {
     "failed": "failed",
     "interrupted": "interrupted",
 }
-
-
-def call_id_for(session_id: str, seq: int) -> str:
-    """The stable id of the tool call at `seq` of session `session_id`."""
-    digest = hashlib.blake2b(
-        f"{session_id}\x00{seq}".encode(), digest_size=10
-    ).hexdigest()
-    return f"call_{digest}"
-
-
-@attrs.frozen
-class TurnResult:
-    """How a turn ended.
-
-    Attributes:
-        session_id: the session.
-        turn: the turn number.
-        status: `completed`, `failed`, `cancelled` or `interrupted`.
-        text: the last assistant message of the turn (may be empty).
-        error: why, when `status` is not `completed`.
-        start_seq: the seq of the turn's `turn/start`.
-        end_seq: the seq of its `turn/end`.
-    """
-
-    session_id: str
-    turn: int
-    status: TurnStatus
-    text: str = ""
-    error: str | None = None
-    start_seq: int = 0
-    end_seq: int = 0
-
-
-@attrs.define(eq=False)
-class Running:
-    """The loop's record of a turn in progress on one session.
-
-    Attributes:
-        session: the session.
-        task: the task running the turn.
-        sinks: called with every event the turn appends (streaming).
-        phase: where the turn is.
-        cancel_requested: `cancel` was called; the turn stops at the next
-            step boundary (or now, if a model call or tool is in flight).
-    """
-
-    session: Session
-    task: asyncio.Task[Any] | None = None
-    sinks: list[Callable[[SessionEvent], None]] = attrs.field(
-        factory=list[Callable[[SessionEvent], None]]
-    )
-    phase: Phase = "admit"
-    cancel_requested: bool = False
 
 
 class _Cancelled(Exception):
