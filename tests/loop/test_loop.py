@@ -246,6 +246,8 @@ async def test_stream_turn_yields_each_event_as_it_is_appended(host: Host) -> No
     assert isinstance(seen[-1], TurnEnd)
     result = await stream.result()
     assert (result.status, result.text) == ("completed", "All fine.")
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)  # an ended stream stays ended
 
 
 @pytest.mark.asyncio

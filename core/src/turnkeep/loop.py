@@ -283,9 +283,7 @@ class AgentLoop:
         running = self._running.get(session_id)
         if running is None or running.task is None:
             return None
-        running.cancel_requested = True
-        if running.phase in ("model", "tool"):
-            running.task.cancel()
+        _request_cancel(running)
         outcome: Outcome = await asyncio.shield(running.task)
         return outcome.result
 
@@ -330,9 +328,7 @@ class AgentLoop:
         except asyncio.CancelledError:
             # Our caller was cancelled: end the turn cleanly, then pass it on.
             if not task.done():
-                running.cancel_requested = True
-                if running.phase in ("model", "tool"):
-                    task.cancel()
+                _request_cancel(running)
                 await asyncio.wait([task])
             raise
         return outcome
@@ -393,6 +389,17 @@ class AgentLoop:
             running=running,
             flush=self._flush,
         )
+
+
+def _request_cancel(running: Running) -> None:
+    """Ask a running turn to stop; interrupt it only where that is safe."""
+    if running.cancel_requested or running.task is None:
+        return  # one request is enough; a second task.cancel() would linger
+    running.cancel_requested = True
+    # A model call or a tool is interrupted now; a flush is let finish (the
+    # turn stops at the next step boundary), so no durability point is torn.
+    if running.phase in ("model", "tool"):
+        running.task.cancel()
 
 
 def _check(agent_id: Any, tools: Iterable[Tool], max_steps: int) -> dict[str, Tool]:

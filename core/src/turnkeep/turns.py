@@ -127,13 +127,17 @@ class TurnStream:
 
     _queue: asyncio.Queue[SessionEvent | None]
     _task: asyncio.Task[Outcome]
+    _ended: bool = attrs.field(init=False, default=False)
 
     def __aiter__(self) -> AsyncIterator[SessionEvent]:
         return self
 
     async def __anext__(self) -> SessionEvent:
+        if self._ended:
+            raise StopAsyncIteration
         item = await self._queue.get()
         if item is None:
+            self._ended = True
             self._task.result()  # raises the turn's error, if any
             raise StopAsyncIteration
         return item
