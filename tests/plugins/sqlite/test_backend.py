@@ -25,6 +25,7 @@ from turnkeep.errors import (
     SequenceError,
     SessionFencedError,
     SessionLockedError,
+    StorageError,
 )
 from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
 from turnkeep.host import Host
@@ -292,3 +293,37 @@ async def test_the_parent_of_a_fork_round_trips(store: SqlitePersistence) -> Non
     await store.append("child", turn_records(0, 0))
     loaded = await store.load("child")
     assert loaded.meta.header.parent == ForkPoint(session_id="p", seq=7)
+
+
+@pytest.mark.asyncio
+async def test_a_driver_error_half_way_reruns_the_rest_of_the_group(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    for sid in ("bad", "good1", "good2"):
+        await _stored(store, sid)
+    conn = raw_db()
+    # A stray row where the next flush's second event goes (a hand edit):
+    # that flush fails inside its insert, after writing its first row.
+    conn.execute(
+        "INSERT INTO events VALUES ((SELECT key FROM sessions WHERE id = 'bad'), "
+        "4, 'x', 0, x'00')"
+    )
+    conn.execute("BEGIN IMMEDIATE")
+    tasks = [
+        asyncio.create_task(store.append(sid, turn_records(3, 1)))
+        for sid in ("good1", "bad", "good2")
+    ]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    conn.execute("ROLLBACK")
+    good1, bad, good2 = await asyncio.gather(*tasks, return_exceptions=True)
+    assert good1 is None
+    assert good2 is None
+    assert isinstance(bad, StorageError)
+    assert "UNIQUE" in str(bad) or "constraint" in str(bad).lower()
+    for sid in ("good1", "good2"):
+        assert len((await store.load(sid)).events) == 6
+    assert conn.execute(
+        "SELECT next_seq FROM sessions WHERE id = 'bad'"
+    ).fetchone() == (3,)  # nothing of the failed flush stayed
+    await store.append("good1", turn_records(6, 2))  # not poisoned: a bad row is no I/O

@@ -6,7 +6,7 @@
     checks a typed `StorageError`, no acknowledgement of the failing flush, a
     poisoned writer that does no further I/O, and a valid reload
     (`_faultrun.py` holds the checks). CI: every k for fdatasync (EIO and
-    ENOSPC), every 3rd k for pwrite (EIO and ENOSPC): about 860 trials; soak:
+    ENOSPC), every 4th k for pwrite (EIO and ENOSPC): about 700 trials; soak:
     every k of all four.
 14. `RLIMIT_FSIZE` set to a random size (SIGXFSZ ignored) in the writing
     process: the kernel's short write / EFBIG surfaces as `StorageError`, the
@@ -75,8 +75,8 @@ def run(args: list[str], *, shim: Path | None, match: Path) -> dict[str, Any]:
 CI_LOOPS = [
     ("sync", "EIO", 1),
     ("sync", "ENOSPC", 1),
-    ("write", "EIO", 3),
-    ("write", "ENOSPC", 3),
+    ("write", "EIO", 4),
+    ("write", "ENOSPC", 4),
 ]
 
 

@@ -122,7 +122,7 @@ async def _fencing(
 ) -> None:
     owner = spawn_worker()
     owner.call(op="open", path=str(path))
-    thief = SqlitePersistence(SqliteConfig(path=path, busy_timeout_ms=150))
+    thief = SqlitePersistence(SqliteConfig(path=path, busy_timeout_ms=100))
     busy = 0
     try:
         for trial in range(trials + random_pause):

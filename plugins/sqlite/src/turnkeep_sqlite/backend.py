@@ -200,8 +200,8 @@ class SqlitePersistence:
         self._closed = True
         try:
             if self._used and os.getpid() == self._pid:
-                await asyncio.wrap_future(
-                    self._writer.submit(lambda tx: writes.release_all(tx, self._state))
+                await self._writer.submit(
+                    lambda tx: writes.release_all(tx, self._state)
                 )
         except TurnkeepError:
             pass  # a poisoned or unopenable store: the rows die with this process
@@ -224,7 +224,7 @@ class SqlitePersistence:
     async def _write(self, operation: Callable[[Tx], T]) -> T:
         self._check_usable()
         self._used = True
-        result = await asyncio.wrap_future(self._writer.submit(operation))
+        result = await self._writer.submit(operation)
         self._opened = True
         return result
 

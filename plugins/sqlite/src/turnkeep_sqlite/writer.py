@@ -3,14 +3,21 @@
 One thread and one connection per backend instance perform all writes, so
 the event loop never blocks on SQLite. Operations queue up while a commit is
 in progress; the thread then takes everything queued (up to a limit) and runs
-it in one `BEGIN IMMEDIATE` transaction, each operation inside its own
-savepoint: a refusal (wrong seq, fenced owner, ...) rolls back only that
-savepoint and fails only that operation. One `COMMIT` (one WAL fsync) then
+it in one `BEGIN IMMEDIATE` transaction. Operations check everything before
+they write, so a refusal (wrong seq, fenced owner, ...) has written nothing
+and fails only that operation; an operation that fails after writing (a
+driver error half-way) rolls the group back, and the others run again in a
+new transaction without it. One `COMMIT` (one WAL fsync) then
 acknowledges every operation of the group; nothing is acknowledged before it.
 
 Operations may change the backend's in-memory ownership state as they run;
 they register an undo for each change, which runs if their savepoint or the
 whole group rolls back, so memory never claims what the database does not.
+
+Hand-offs are batched both ways, because thread wake-ups, not SQL, are what
+a flush costs beyond its fsync: operations submitted during one event-loop
+iteration reach the thread together, and one group's outcomes go back to
+each event loop in one callback.
 
 An I/O-class error while writing, or any failed `COMMIT`, *poisons* the writer
 (R6): it closes its connection and every later write raises `StorageError`;
@@ -19,13 +26,13 @@ recovery is a new backend instance (reopen, then load).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -63,7 +70,9 @@ Operation = Callable[[Tx], T]
 @attrs.define(eq=False)
 class _Job(Generic[T]):
     operation: Operation[T]
-    future: Future[T]
+    future: asyncio.Future[T]
+    loop: asyncio.AbstractEventLoop
+    settled: bool = False
 
 
 @attrs.define
@@ -103,17 +112,43 @@ class Writer:
     _conn: sqlite3.Connection | None = attrs.field(init=False, default=None)
     _closing: bool = attrs.field(init=False, default=False)
     _poison: StorageError | None = attrs.field(init=False, default=None)
+    _staged: dict[asyncio.AbstractEventLoop, list[_Job[Any]]] = attrs.field(
+        init=False, factory=dict[asyncio.AbstractEventLoop, list[_Job[Any]]]
+    )
+    _stage_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _outbox: list[tuple[_Job[Any], bool, Any]] = attrs.field(
+        init=False, factory=list[tuple[_Job[Any], bool, Any]]
+    )
 
-    def submit(self, operation: Operation[T]) -> Future[T]:
-        """Queue `operation` for the next group; its future settles after commit."""
-        future: Future[T] = Future()
+    def submit(self, operation: Operation[T]) -> asyncio.Future[T]:
+        """Queue `operation` for a group; the future settles after its commit.
+
+        Call it on the event loop's thread. Operations submitted during one
+        loop iteration are handed to the writer together, at its end.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._stage_lock:
+            staged = self._staged.get(loop)
+            if staged is None:
+                staged = self._staged[loop] = []
+                loop.call_soon(self._hand_off, loop)
+            staged.append(_Job(operation, future, loop))
+        return future
+
+    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._stage_lock:
+            jobs = self._staged.pop(loop, [])
         with self._cond:
             if self._closing:
-                future.set_exception(
-                    PersistenceError(f"the SQLite backend for {self.path} is closed")
+                error = PersistenceError(
+                    f"the SQLite backend for {self.path} is closed"
                 )
-                return future
-            self._queue.append(_Job(operation, future))
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(error)
+                return
+            self._queue.extend(jobs)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._main,
@@ -124,7 +159,6 @@ class Writer:
                 )
                 self._thread.start()
             self._cond.notify()
-        return future
 
     def close(self, *, wait: bool = True) -> None:
         """Finish the queued operations, close the connection, stop the thread.
@@ -161,6 +195,8 @@ class Writer:
             except BaseException as exc:  # never leave a caller waiting forever
                 self._fail(group, StorageError(f"the SQLite writer crashed: {exc!r}"))
                 raise
+            finally:
+                self._deliver()
             # Do not keep the finished operations (and what their closures
             # hold, such as the backend) alive while waiting for the next ones.
             del group
@@ -169,7 +205,10 @@ class Writer:
             self._conn = None
 
     def _run(self, group: list[_Job[Any]]) -> None:
-        jobs = [j for j in group if j.future.set_running_or_notify_cancel()]
+        # A caller that gave up before its operation started gets nothing
+        # written (reading another thread's future state is a benign race:
+        # an operation cancelled later still lands whole, or not at all).
+        jobs = [j for j in group if not j.future.cancelled()]
         if not jobs:
             return
         if self._poison is not None:
@@ -214,35 +253,33 @@ class Writer:
         refused: list[tuple[_Job[Any], BaseException]] = []
         for job in jobs:
             tx = Tx(conn)
+            changes = conn.total_changes
             try:
-                conn.execute("SAVEPOINT op")
                 value = job.operation(tx)
-                conn.execute("RELEASE op")
             except Exception as exc:  # noqa: BLE001 - each failure goes to its caller
                 tx.rollback_memory()
-                if not isinstance(exc, sqlite3.Error):
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
+                wrote = conn.total_changes != changes
+                if not isinstance(exc, sqlite3.Error) and not wrote:
+                    # A refusal: operations check before they write, so
+                    # there is nothing to undo (and no savepoint to pay for).
                     refused.append((job, exc))
                     continue
+                # A write failed half-way: roll the group back and run the
+                # others again in a new transaction, without this one.
+                self._undo(done)
+                self._rollback(conn)
+                if not isinstance(exc, sqlite3.Error):
+                    self._fail([job], exc)
+                    return [j for j in jobs if j is not job]
                 error = storage_error(exc, "writing", self.path)
                 error.__cause__ = exc
-                if is_io(exc) or not conn.in_transaction:
-                    # The storage failed, or SQLite rolled the whole
-                    # transaction back: nothing of this group was written.
-                    self._undo(done)
-                    self._rollback(conn)
-                    if is_io(exc):
-                        self._poison_with(error)
-                        self._fail([j for j in jobs if j is not job], self._poisoned())
-                        self._fail([job], error)
-                        return []
+                if is_io(exc):
+                    self._poison_with(error)
                     self._fail([job], error)
-                    return [j for j in jobs if j is not job]
-                conn.execute("ROLLBACK TO op")
-                conn.execute("RELEASE op")
-                refused.append((job, error))
-                continue
+                    self._fail([j for j in jobs if j is not job], self._poisoned())
+                    return []
+                self._fail([job], error)
+                return [j for j in jobs if j is not job]
             done.append((job, value, tx))
 
         try:
@@ -271,7 +308,7 @@ class Writer:
         stats.operations += len(done)
         stats.largest_group = max(stats.largest_group, len(done))
         for job, value, _ in done:
-            job.future.set_result(value)
+            self._settle(job, True, value)
         self._settle_refused(refused)
         return []
 
@@ -282,16 +319,29 @@ class Writer:
         for _, _, tx in reversed(done):
             tx.rollback_memory()
 
-    @staticmethod
-    def _settle_refused(refused: list[tuple[_Job[Any], BaseException]]) -> None:
-        for job, error in refused:
-            job.future.set_exception(error)
+    def _settle(self, job: _Job[Any], ok: bool, value: Any) -> None:
+        if not job.settled:
+            job.settled = True
+            self._outbox.append((job, ok, value))
 
-    @staticmethod
-    def _fail(jobs: list[_Job[Any]], error: BaseException) -> None:
+    def _settle_refused(self, refused: list[tuple[_Job[Any], BaseException]]) -> None:
+        for job, error in refused:
+            self._settle(job, False, error)
+
+    def _fail(self, jobs: list[_Job[Any]], error: BaseException) -> None:
         for job in jobs:
-            if not job.future.done():
-                job.future.set_exception(error)
+            self._settle(job, False, error)
+
+    def _deliver(self) -> None:
+        """Send the group's outcomes to their event loops, one callback each."""
+        outbox, self._outbox = self._outbox, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job[Any], bool, Any]]] = {}
+        for item in outbox:
+            by_loop.setdefault(item[0].loop, []).append(item)
+        for loop, items in by_loop.items():
+            # A closed loop has no one left to tell.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, items)
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
@@ -318,3 +368,14 @@ class Writer:
         )
         error.__cause__ = self._poison
         return error
+
+
+def _resolve(items: list[tuple[_Job[Any], bool, Any]]) -> None:
+    """Settle futures on their loop (a cancelled caller is simply skipped)."""
+    for job, ok, value in items:
+        if job.future.done():
+            continue
+        if ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)

@@ -1,9 +1,10 @@
 """The write operations: SQL run by the writer thread inside a group commit.
 
-Each function here is one operation (`create`, `append`, `claim`, ...) run in
-its own savepoint (see `turnkeep_sqlite.writer`). All checks come before the
-first write, and every refusal is a typed turnkeep error, so a refused
-operation writes nothing. Ownership follows R9: the session row holds the
+Each function here is one operation (`create`, `append`, `claim`, ...) run
+inside a group's transaction (see `turnkeep_sqlite.writer`). All checks come
+before the first write, and every refusal is a typed turnkeep error, so a
+refused operation has written nothing: the writer relies on it (and checks
+it with `total_changes`). Ownership follows R9: the session row holds the
 owner's token and a generation (the fencing token); `append` compares both
 in the same transaction as its insert.
 
@@ -89,10 +90,13 @@ class _Row(NamedTuple):
     generation: int
     owner_token: str | None
     owner_info: bytes | None
+    last_present: int | None  # 1 if the event at next_seq - 1 exists
 
 
 _SELECT_ROW: Final = (
-    "SELECT key, format_version, next_seq, generation, owner_token, owner_info "
+    "SELECT key, format_version, next_seq, generation, owner_token, owner_info, "
+    "(SELECT 1 FROM events WHERE session_key = sessions.key "
+    "AND seq = sessions.next_seq - 1) "
     "FROM sessions WHERE id = ?"
 )
 
@@ -173,13 +177,7 @@ def append(
         return
     next_seq = row.next_seq
     _check_batch(session_id, next_seq, records, state.max_event_bytes)
-    if next_seq and (
-        conn.execute(
-            "SELECT 1 FROM events WHERE session_key = ? AND seq = ?",
-            (row.key, next_seq - 1),
-        ).fetchone()
-        is None
-    ):
+    if next_seq and row.last_present is None:
         raise SessionCorruptError(
             f"session {session_id!r}: its last acknowledged event (seq "
             f"{next_seq - 1}) is missing; the database was damaged or edited",
