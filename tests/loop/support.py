@@ -32,10 +32,12 @@ from turnkeep import (
     MemoryStorage,
     SessionEvent,
     ToolContext,
+    UserMessage,
+    UserMessageData,
     hookimpl,
 )
 from turnkeep.config import structure_config
-from turnkeep.errors import StorageError, ToolError, UnknownBackendError
+from turnkeep.errors import StorageError, UnknownBackendError
 from turnkeep.events import ReplayPolicy
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, SessionPersistence
@@ -88,10 +90,6 @@ class SpyTool:
         return [c.call_id for c in self.calls]
 
 
-def tool_error(message: str) -> ToolError:
-    return ToolError(message)
-
-
 # -- backends ------------------------------------------------------------------
 
 
@@ -131,8 +129,6 @@ async def _probe(name: str, root: Path) -> str | None:
     try:
         async with Host(backend_host_config(name, root)) as host:
             session = host.sessions.create("probe")
-            from turnkeep import UserMessage, UserMessageData
-
             session.append(UserMessage, UserMessageData(text="probe"))
             await session.flush()
             await host.sessions.close("probe")
