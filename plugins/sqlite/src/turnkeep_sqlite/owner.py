@@ -4,7 +4,7 @@ Every writer role recorded in the database carries the owner's *token* (random,
 one per backend instance) and a `ProcessIdentity`: pid, host, boot id,
 process start time and pid namespace. A claimant treats the recorded owner
 as gone, and takes the session without `steal`, when the identity proves it
-(docs/adr/0001-sqlite-session-ownership.md):
+(docs/adr/0007-sqlite-session-ownership.md):
 
 - another boot of this machine (the boot id differs);
 - no process with that pid, or a zombie, or a different process that reused
