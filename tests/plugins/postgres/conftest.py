@@ -21,11 +21,15 @@ import fcntl
 import itertools
 import os
 import random
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 import pytest_asyncio
@@ -37,6 +41,7 @@ DSN = os.environ.get(
     "TURNKEEP_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"
 )
 LOCK_FILE = Path(tempfile.gettempdir()) / "turnkeep-postgres-tests.lock"
+GATE_FILE = Path(tempfile.gettempdir()) / "turnkeep-postgres-tests.gate"
 START_HINT = (
     "no PostgreSQL server at TURNKEEP_TEST_POSTGRES_DSN "
     f"({DSN.split('@')[-1]}); start the machine's server with "
@@ -81,13 +86,25 @@ def pytest_collection_modifyitems(
 
 @contextlib.contextmanager
 def suite_lock(*, exclusive: bool) -> Generator[None]:
-    """Hold the lock file shared (normal tests) or exclusive (server crashes)."""
+    """Hold the lock file shared (normal tests) or exclusive (server crashes).
+
+    A gate lock gives the exclusive taker precedence: it holds the gate while
+    it waits, and shared takers pass the gate before they take their share,
+    so a stream of shared holders cannot starve it.
+    """
+    gate = os.open(GATE_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        os.close(fd)  # closing releases the locks
+        os.close(gate)
 
 
 @pytest.fixture(autouse=True)
@@ -179,3 +196,69 @@ def rng(request: pytest.FixtureRequest) -> random.Random:
     seed = int(os.environ.get("TURNKEEP_SEED", random.randrange(2**32)))
     print(f"\n[{request.node.nodeid}] seed={seed} (TURNKEEP_SEED={seed} to reproduce)")
     return random.Random(seed)
+
+
+# -- worker processes ----------------------------------------------------------
+
+WORKER_SCRIPT = Path(__file__).parent / "_worker.py"
+
+
+class Worker:
+    """A `_worker.py serve` process driven by JSON lines."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT), "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(msgspec.json.encode(cmd) + b"\n")
+        self.proc.stdin.flush()
+
+    def recv(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.pid} exited ({self.proc.wait()})")
+        reply: dict[str, Any] = msgspec.json.decode(line)
+        return reply
+
+    def call(self, **cmd: Any) -> dict[str, Any]:
+        self.send(**cmd)
+        return self.recv()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)  # a test may have stopped it
+            try:
+                self.send(op="exit")
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def spawn_worker() -> Iterator[Callable[[], Worker]]:
+    """Start worker processes (stopped at the end of the test)."""
+    workers: list[Worker] = []
+
+    def spawn() -> Worker:
+        worker = Worker()
+        workers.append(worker)
+        return worker
+
+    yield spawn
+    for worker in workers:
+        worker.stop()

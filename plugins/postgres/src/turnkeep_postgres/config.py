@@ -57,8 +57,10 @@ class PostgresConfig:
         lock_timeout_ms: how long a statement waits for a row lock held by
             another worker's transaction before it fails with `StorageError`.
         idle_in_transaction_timeout_ms: the server ends a connection that
-            sits inside a transaction this long (a frozen worker would
-            otherwise hold its row locks forever).
+            sits inside a transaction this long. A worker frozen in the middle
+            of a flush (SIGSTOP, a debugger, a VM pause) holds its sessions'
+            row locks until then, even after its lease ran out; the default
+            equals the default lease.
         lease_ms: how long a worker's ownership of a session lasts without
             renewal; a live worker renews every `lease_ms / 3`. A worker that
             died loses its sessions at most `lease_ms` after its last renewal
@@ -81,7 +83,7 @@ class PostgresConfig:
     statement_timeout_ms: int = attrs.field(default=30_000, validator=_positive)
     lock_timeout_ms: int = attrs.field(default=10_000, validator=_positive)
     idle_in_transaction_timeout_ms: int = attrs.field(
-        default=60_000, validator=_positive
+        default=30_000, validator=_positive
     )
     lease_ms: int = attrs.field(default=30_000, validator=_positive)
     max_group_flushes: int = attrs.field(default=256, validator=_positive)
