@@ -64,7 +64,7 @@ class PostgresConfig:
         lease_ms: how long a worker's ownership of a session lasts without
             renewal; a live worker renews every `lease_ms / 3`. A worker that
             died loses its sessions at most `lease_ms` after its last renewal
-            (see docs/adr/0007-postgres-bytea-and-leases.md).
+            (see docs/adr/0008-postgres-bytea-and-leases.md).
         max_group_flushes: at most this many writes share one group commit.
         max_event_bytes: the largest event `append` accepts and `load` reads.
         allow_non_durable: accept a server whose `synchronous_commit` is `off`

@@ -10,7 +10,7 @@ Layout (schema name from configuration, always quoted):
   (server clock). A row with `next_seq = 0` is a claim placed by `create`,
   invisible to reads until its first flush.
 - `events`: `PRIMARY KEY (session_id, seq)`, `raw bytea` holding core's bytes
-  verbatim (docs/adr/0007-postgres-bytea-and-leases.md says why not `jsonb`).
+  verbatim (docs/adr/0008-postgres-bytea-and-leases.md says why not `jsonb`).
 - `schema_migrations`: one row per applied migration.
 
 `migrate` brings a schema to `SCHEMA_VERSION` under a transaction-scoped
