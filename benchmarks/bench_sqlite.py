@@ -25,6 +25,7 @@ import asyncio
 import gc
 import importlib
 import importlib.util
+import logging
 import os
 import shutil
 import sqlite3
@@ -557,6 +558,9 @@ def peers(turns: list[list[EventRecord]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    # Setup phases fill stores with synchronous=OFF on purpose; the backend
+    # logs a warning for that at each open, which is noise here.
+    logging.getLogger("turnkeep_sqlite").setLevel(logging.ERROR)
     print(
         f"SQLite {sqlite3.sqlite_version}, {REPS} repetitions, medians; "
         "ratios are turnkeep / baseline"
