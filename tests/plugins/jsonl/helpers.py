@@ -25,6 +25,7 @@ from turnkeep.events import (
     UserMessageData,
 )
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+from turnkeep_jsonl import FileOps, JsonlPersistence
 from turnkeep_jsonl.names import LOG_SUFFIX, session_name
 
 CODEC = EventCodec()
@@ -40,11 +41,17 @@ def seeded(request: pytest.FixtureRequest, salt: object = "") -> random.Random:
 
 @functools.lru_cache(maxsize=4096)
 def turn(
-    seq0: int, index: int, *, seed: object = 0, big: bool = False, tag: str = ""
+    seq0: int,
+    index: int,
+    *,
+    seed: object = 0,
+    big: bool = False,
+    tag: str = "",
+    span: int = 300,
 ) -> list[EventRecord]:
     """Turn `index` of a deterministic workload: 3-8 events from `seq0`.
 
-    Sizes are 0-300 bytes, with one event in twenty of 1-6 KiB, so some
+    Sizes are 0-`span` bytes, with one event in twenty of 1-6 KiB, so some
     flushes span several disk sectors (`big`: 0 B to 64 KiB, log-uniform).
     Cached: treat the list as read-only.
     """
@@ -58,7 +65,7 @@ def turn(
         elif rnd.random() < 0.05:
             size = rnd.randint(1024, 6144)
         else:
-            size = rnd.randint(0, 300)
+            size = rnd.randint(0, span)
         text = f"{tag}#{index}.{i}|" + "ab\u00e9\u2603 "[i % 5] * size
         time = T0 + seq * 10
         if i == count - 1:
@@ -81,13 +88,13 @@ def turn(
 
 
 def turns(
-    count: int, *, seed: object = 0, big: bool = False, tag: str = ""
+    count: int, *, seed: object = 0, big: bool = False, tag: str = "", span: int = 300
 ) -> list[list[EventRecord]]:
     """`count` consecutive turns, seq contiguous from 0."""
     out: list[list[EventRecord]] = []
     seq = 0
     for index in range(count):
-        batch = turn(seq, index, seed=seed, big=big, tag=tag)
+        batch = turn(seq, index, seed=seed, big=big, tag=tag, span=span)
         out.append(batch)
         seq += len(batch)
     return out
@@ -112,3 +119,51 @@ def log_file(root: Path, session_id: str = "s") -> Path:
     """The log file of a session in a store."""
     (found,) = root.glob(f"g-*/{session_name(session_id)}{LOG_SUFFIX}")
     return found
+
+
+def write_session(
+    root: Path,
+    batches: list[list[EventRecord]],
+    *,
+    session_id: str = "s",
+    title: str | None = None,
+    ops: FileOps | None = None,
+) -> Path:
+    """Store `batches` as one session (fsync off unless `ops` says otherwise).
+
+    The backend is closed without releasing, so the log ends with the last
+    flush's commit line and no sidecar is written unless `title` is given.
+    """
+    from support.faultyops import NoSyncFileOps
+
+    backend = JsonlPersistence(root, ops=ops if ops is not None else NoSyncFileOps())
+    impl = backend._impl  # pyright: ignore[reportPrivateUsage]
+    impl.create(meta(session_id, title=title))
+    for batch in batches:
+        impl.append(session_id, batch)
+    impl.close()  # no release line: as if the process had simply stopped
+    return log_file(root, session_id)
+
+
+def units(data: bytes) -> list[tuple[int, int]]:
+    """`(start, end)` byte ranges of a log's units (header excluded)."""
+    out: list[tuple[int, int]] = []
+    start = data.index(b"\n") + 1
+    at = start
+    while at < len(data):
+        end = data.index(b"\n", at) + 1
+        if data.startswith(b'{"mark":"', at):
+            out.append((start, end))
+            start = end
+        at = end
+    return out
+
+
+def line_starts(data: bytes) -> list[int]:
+    """The offset of every line of a log."""
+    starts = [0]
+    at = data.find(b"\n")
+    while at >= 0 and at + 1 < len(data):
+        starts.append(at + 1)
+        at = data.find(b"\n", at + 1)
+    return starts

@@ -25,8 +25,6 @@ import fcntl
 import os
 import zlib
 from collections.abc import Iterable
-from itertools import repeat
-from operator import add, itemgetter
 from typing import Final, TypeAlias
 
 import attrs
@@ -35,7 +33,7 @@ import msgspec
 from turnkeep.meta import SessionMeta
 
 from .fileops import FileOps, write_all
-from .format import SUFFIX_LEN, seal, unseal
+from .format import all_sealed, seal, unseal
 from .names import CATALOG, CATALOG_LOCK, is_session_log
 from .store import Store
 from .summary import inspect_session, session_header
@@ -84,8 +82,6 @@ _Line: TypeAlias = Entry | Gone | _Head
 _encode: Final = msgspec.json.Encoder().encode
 _lines_decoder: Final = msgspec.json.Decoder(list[_Line])
 _line_decoder: Final = msgspec.json.Decoder(_Line)
-_cut: Final = itemgetter(slice(None, -SUFFIX_LEN))
-_hex: Final = itemgetter(slice(-10, -2))
 
 
 @attrs.define(eq=False)
@@ -286,12 +282,7 @@ def _decode(lines: list[bytes]) -> list[_Line]:
 
 
 def _intact(lines: list[bytes]) -> list[bytes]:
-    """The lines whose checksum holds (vectorised; damaged ones dropped)."""
-    try:
-        computed = list(map(zlib.crc32, map(add, map(_cut, lines), repeat(b"}"))))
-        stored = list(map(int, map(_hex, lines), repeat(16)))
-    except ValueError:
-        return [line for line in lines if unseal(line) is not None]
-    if computed == stored:
+    """The lines whose checksum holds (damaged ones dropped)."""
+    if all_sealed(lines):
         return lines
-    return [line for line, a, b in zip(lines, computed, stored, strict=True) if a == b]
+    return [line for line in lines if unseal(line) is not None]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
+from itertools import repeat
+from operator import add, itemgetter
 from typing import Final, TypeAlias
 
 import msgspec
@@ -35,6 +37,7 @@ __all__ = [
     "Owner",
     "Release",
     "Sidecar",
+    "all_sealed",
     "bad_event_reason",
     "decode_control",
     "decode_controls",
@@ -157,6 +160,36 @@ def unseal(line: bytes) -> bytes | None:
         return None
     body = line[:-SUFFIX_LEN] + b"}"
     return body if zlib.crc32(body) == int(line[-10:-2], 16) else None
+
+
+_cut: Final = itemgetter(slice(None, -SUFFIX_LEN))
+_key: Final = itemgetter(slice(-SUFFIX_LEN, -10))
+_hex: Final = itemgetter(slice(-10, -2))
+_end: Final = itemgetter(slice(-2, None))
+_HEX_RUN: Final = re.compile(rb"[0-9a-f]*")
+
+
+def all_sealed(lines: list[bytes]) -> bool:
+    """Whether every line is exactly a sealed object (vectorised `unseal`).
+
+    The suffix is checked byte for byte (its key, eight lowercase hex
+    digits, the closing brace), then every checksum: C-level passes over the
+    whole list rather than a Python loop per line.
+    """
+    count = len(lines)
+    if count == 0:
+        return True
+    if min(map(len, lines)) < SUFFIX_LEN + 2:
+        return False
+    hexes = b"".join(map(_hex, lines))
+    if (
+        b"".join(map(_key, lines)) != _CRC_KEY * count
+        or b"".join(map(_end, lines)) != b'"}' * count
+        or _HEX_RUN.fullmatch(hexes) is None
+    ):
+        return False
+    computed = map(zlib.crc32, map(add, map(_cut, lines), repeat(b"}")))
+    return list(computed) == list(map(int, map(_hex, lines), repeat(16)))
 
 
 def bad_event_reason(raw: bytes) -> str | None:

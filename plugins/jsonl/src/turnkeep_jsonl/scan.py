@@ -37,6 +37,7 @@ from .format import (
     Header,
     Owner,
     Release,
+    all_sealed,
     decode_control,
     decode_controls,
     decode_header,
@@ -54,7 +55,6 @@ Reader = Callable[[int, int], bytes]
 """`read(offset, size)`: up to `size` bytes of the file at `offset`."""
 
 _cut: Final = itemgetter(slice(None, -SUFFIX_LEN))
-_hex: Final = itemgetter(slice(-10, -2))
 _CLOSE: Final = b"}"
 _NEEDLE: Final = b"\n" + MARK
 
@@ -229,13 +229,8 @@ def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int
     last = marks[-1]
     starts = [0, *accumulate(map(add, map(len, lines[: last + 1]), repeat(1)))]
     ctl_lines = [lines[i] for i in marks]
-    controls: list[Control] | None = None
-    try:
-        sealed = list(map(zlib.crc32, map(add, map(_cut, ctl_lines), repeat(_CLOSE))))
-        if sealed == list(map(int, map(_hex, ctl_lines), repeat(16))):
-            controls = decode_controls(ctl_lines)
-    except ValueError:
-        pass  # an unparsable checksum: checked line by line below
+    # Checked all at once; on any doubt, line by line in the loop below.
+    controls = decode_controls(ctl_lines) if all_sealed(ctl_lines) else None
     view = memoryview(buf)
     taken: list[bytes] = []
     start = 0
