@@ -84,9 +84,8 @@ class SqlitePersistence:
     _closed: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
-        path = Path(
-            os.path.abspath(self.config.path)
-        )  # not resolve(): no link following
+        # abspath, not resolve(): never follow links on the user's behalf.
+        path = Path(os.path.abspath(self.config.path))
         self.config = attrs.evolve(self.config, path=path)
         self._state = writes.WriterState(
             token=self._token,

@@ -11,8 +11,8 @@ new transaction without it. One `COMMIT` (one WAL fsync) then
 acknowledges every operation of the group; nothing is acknowledged before it.
 
 Operations may change the backend's in-memory ownership state as they run;
-they register an undo for each change, which runs if their savepoint or the
-whole group rolls back, so memory never claims what the database does not.
+they register an undo for each change, which runs if the operation fails or
+the whole group rolls back, so memory never claims what the database does not.
 
 Hand-offs are batched both ways, because thread wake-ups, not SQL, are what
 a flush costs beyond its fsync: operations submitted during one event-loop
