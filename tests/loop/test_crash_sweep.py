@@ -238,6 +238,12 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
             assert results_of(before)[target_id].data.status == "ok"
         if point == "intent-written":
             assert not answered, where
+            # Written but never fsynced: after a power cut it must be gone (a
+            # kill -9 may leave it in the page cache, where it loads as durable
+            # and is then reported interrupted, which is still truthful). The
+            # SQLite child stops before the intent's transaction commits.
+            if kind == "power" or backend == "sqlite":
+                assert not intent, f"{where}: an intent never fsynced was loaded"
 
         # Recovery, with spies in place of the tools.
         ledger_tool = crash_script.LedgerWrite(ledger_path)
