@@ -433,12 +433,13 @@ async def test_bad_loop_definitions_are_configuration_errors(host: Host) -> None
         {"tools": [SpyTool("bad name")]},
         {"tools": [SyncRun()]},
         {"max_steps": 0},
+        {"model": object()},
     ]
     for case in cases:
-        arguments: dict[str, Any] = {"agent_id": "a", **case}
+        arguments: dict[str, Any] = {"agent_id": "a", "model": EchoModel(), **case}
         agent_id = arguments.pop("agent_id")
         with pytest.raises(ConfigurationError):
-            AgentLoop.create(agent_id, host=host, model=EchoModel(), **arguments)
+            AgentLoop.create(agent_id, host=host, **arguments)
     assert host.sessions.list() == []  # nothing was created by a refused loop
 
 

@@ -123,10 +123,11 @@ class AgentLoop:
             on_event: called with every event the loop's turns append.
 
         Raises:
-            ConfigurationError: the agent id, tools or `max_steps` are invalid.
+            ConfigurationError: the agent id, model, tools or `max_steps` are
+                invalid.
             SessionExistsError: a live session already has `session_id`.
         """
-        indexed = _check(agent_id, tools, max_steps)
+        indexed = _check(agent_id, model, tools, max_steps)
         session = host.sessions.create(session_id)
         return cls(
             agent_id=agent_id,
@@ -181,7 +182,7 @@ class AgentLoop:
             FlushError: recovery's results could not be made durable (they
                 stay in memory; the next turn retries).
         """
-        indexed = _check(agent_id, tools, max_steps)
+        indexed = _check(agent_id, model, tools, max_steps)
         host.require_persistence()
         session = await host.sessions.resume(session_id, steal=steal)
         loop = cls(
@@ -402,7 +403,13 @@ def _request_cancel(running: Running) -> None:
         running.task.cancel()
 
 
-def _check(agent_id: Any, tools: Iterable[Tool], max_steps: int) -> dict[str, Tool]:
+def _check(
+    agent_id: Any, model: object, tools: Iterable[Tool], max_steps: int
+) -> dict[str, Tool]:
+    if not callable(getattr(model, "stream", None)):
+        raise ConfigurationError(
+            f"{type(model).__name__} is not a Model: it has no `stream` method"
+        )
     if not isinstance(agent_id, str) or not agent_id or "\x00" in agent_id:
         raise ConfigurationError(
             f"an agent id must be non-empty text without NUL, got {agent_id!r}"
