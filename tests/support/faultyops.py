@@ -17,7 +17,7 @@ import attrs
 
 from turnkeep_jsonl import FileOps, OsFileOps
 
-__all__ = ["FaultyFileOps", "NoSyncFileOps"]
+__all__ = ["CountedTokens", "FaultyFileOps", "NoSyncFileOps"]
 
 
 class NoSyncFileOps(OsFileOps):
@@ -32,9 +32,24 @@ class NoSyncFileOps(OsFileOps):
         del fd
 
 
+class CountedTokens(NoSyncFileOps):
+    """`NoSyncFileOps` whose random name parts are a counter: runs repeat exactly."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+
+    def token(self) -> str:
+        """The next counter value, as the 16 hex digits a real token has."""
+        self.issued += 1
+        return f"{self.issued:016x}"
+
+
 @attrs.define(eq=False)
 class FaultyFileOps:
     """Fails the `at`-th call of kind `call` with `code` (once, or `persistent`).
+
+    Every call is counted by kind in `counts` (a fault-free run thus tells
+    how many calls of each kind a workload makes).
 
     Args:
         inner: the operations performed when no fault fires.
@@ -56,10 +71,10 @@ class FaultyFileOps:
     fired: int = 0
 
     def _maybe_fail(self, kind: str) -> None:
-        if kind != self.call:
-            return
         count = self.counts.get(kind, 0) + 1
         self.counts[kind] = count
+        if kind != self.call:
+            return
         if count == self.at or (self.persistent and count > self.at):
             self.fired += 1
             raise OSError(

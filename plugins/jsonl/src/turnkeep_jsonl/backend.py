@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
-from turnkeep.errors import SessionLockedError, TurnkeepError
+from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
@@ -34,6 +34,7 @@ from .fileops import FileOps, OsFileOps
 from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
 from .operations import Operations
+from .store import storage_error
 
 __all__ = ["JsonlPersistence"]
 
@@ -190,9 +191,16 @@ class JsonlPersistence:
             self._executor = ThreadPoolExecutor(
                 max_workers=self.threads, thread_name_prefix="turnkeep-jsonl"
             )
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, fn, *args
-        )
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, fn, *args
+            )
+        except StorageError:
+            raise
+        except OSError as exc:
+            # A safety net: every path wraps its own errors with context; one
+            # that slipped through still reaches the caller as a typed error.
+            raise storage_error(f"{self.path}: file-system error", exc) from exc
 
     async def _locked(self, session_id: str, fn: Callable[..., T], *args: Any) -> T:
         with self._mu:

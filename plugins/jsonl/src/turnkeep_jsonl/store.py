@@ -274,6 +274,15 @@ class Store:
             OSError: a step failed (the temp file is removed when possible).
         """
         ops = self.ops
+        try:
+            st = ops.stat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                # Renaming over a link would be harmless to its target, but
+                # something planted it: refuse rather than paper over it.
+                raise OSError(errno.EEXIST, f"{name} is not a regular file")
         suffix = name[name.rfind(".") :] if "." in name else TEMP_SUFFIX
         tmp = temp_name(name.removesuffix(suffix), suffix, ops.token())
         fd = ops.open(tmp, os.O_WRONLY | NEW_FILE_FLAGS, 0o600, dir_fd=dir_fd)
