@@ -152,6 +152,10 @@ class FaultyFileOps:
         """See `FileOps.listdir`."""
         return self.inner.listdir(fd)
 
+    def seek_data(self, fd: int, offset: int) -> int:
+        """See `FileOps.seek_data`."""
+        return self.inner.seek_data(fd, offset)
+
     def token(self) -> str:
         """See `FileOps.token`."""
         return self.inner.token()

@@ -71,7 +71,7 @@ def _pausing(name: str) -> Any:
 
 for _name in (
     "open close pread pwrite fsync fsync_dir ftruncate replace unlink mkdir "
-    "fchmod fstat stat flock listdir".split()
+    "fchmod fstat stat flock listdir seek_data".split()
 ):
     setattr(PausingFileOps, _name, _pausing(_name))
 

@@ -87,6 +87,15 @@ class FileOps(Protocol):
         """The names in the directory open as `fd`."""
         ...
 
+    def seek_data(self, fd: int, offset: int) -> int:
+        """The first offset at or after `offset` holding data (`SEEK_DATA`).
+
+        The file's size when only a hole follows; `offset` itself where the
+        file system cannot tell. Lets a reader skip the holes of a sparse
+        file instead of reading gigabytes of zeros.
+        """
+        ...
+
     def token(self) -> str:
         """A fresh random name component (for temporary and quarantine files)."""
         ...
@@ -156,6 +165,17 @@ class OsFileOps:
     def listdir(self, fd: int) -> list[str]:
         """See `FileOps.listdir`."""
         return os.listdir(fd)
+
+    def seek_data(self, fd: int, offset: int) -> int:
+        """See `FileOps.seek_data`."""
+        try:
+            return os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole up to the end
+                return os.fstat(fd).st_size
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return offset  # no hole information here: read on
+            raise
 
     def token(self) -> str:
         """See `FileOps.token`."""

@@ -232,6 +232,7 @@ def scan_log(
         session_id=session_id,
         collect=collect,
         max_line=max_line,
+        data_from=lambda offset: ops.seek_data(fd, offset),
     )
 
 

@@ -48,11 +48,15 @@ from .format import (
 
 __all__ = ["CHUNK", "Reader", "ScanResult", "ScanState", "check_header", "scan"]
 
-CHUNK: Final = 16 * 1024 * 1024
-"""Bytes read at a time."""
+CHUNK: Final = 4 * 1024 * 1024
+"""Bytes read at a time (small enough that a garbage line never costs more
+than a few times `max_line` of memory while it is being recognised)."""
 
 Reader = Callable[[int, int], bytes]
 """`read(offset, size)`: up to `size` bytes of the file at `offset`."""
+
+DataFrom = Callable[[int], int]
+"""`data_from(offset)`: the first offset at or after it holding data."""
 
 _cut: Final = itemgetter(slice(None, -SUFFIX_LEN))
 _CLOSE: Final = b"}"
@@ -174,7 +178,13 @@ def check_header(line: bytes, session_id: str) -> Header:
 
 
 def scan(
-    read: Reader, size: int, *, session_id: str, collect: bool, max_line: int
+    read: Reader,
+    size: int,
+    *,
+    session_id: str,
+    collect: bool,
+    max_line: int,
+    data_from: DataFrom | None = None,
 ) -> ScanResult:
     """Validate a log of `size` bytes and return its valid units.
 
@@ -194,6 +204,7 @@ def scan(
     pos = newline + 1
     buf = first[pos:]
     got = len(first)
+    del first
     while True:
         used, failed = _fast(buf, state, events if collect else None)
         if used:
@@ -212,7 +223,13 @@ def scan(
     del buf
     if pos >= size:
         return ScanResult(header, events, pos, size, state, None)
-    return _slow(read, pos, size, header, state, events if collect else None, max_line)
+    found = events if collect else None
+    skip = data_from if data_from is not None else _no_holes
+    return _slow(read, pos, size, header, state, found, max_line, skip)
+
+
+def _no_holes(offset: int) -> int:
+    return offset
 
 
 def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int, bool]:
@@ -296,6 +313,7 @@ def _slow(
     state: ScanState,
     events: list[bytes] | None,
     max_line: int,
+    data_from: DataFrom,
 ) -> ScanResult:
     """Line-by-line analysis from the unit starting at `pos` (R4)."""
     unit_start = pos
@@ -329,24 +347,33 @@ def _slow(
             break
         pending.append(line)
         raws.append(raw)
-    if bad is not None and _durable_after(read, bad, size, state.flush + 2):
+    if bad is not None and _durable_after(read, data_from, bad, size, state.flush + 2):
         raise _corrupt(header.id, bad, "a record is damaged")
     return ScanResult(header, events or [], unit_start, size, state, bad)
 
 
-def _durable_after(read: Reader, start: int, size: int, flush: int) -> bool:
+def _durable_after(
+    read: Reader, data_from: DataFrom, start: int, size: int, flush: int
+) -> bool:
     """Whether a valid control line numbered `flush` or more lies after `start`.
 
     Such a line proves the bytes before it were already durable when it was
-    written (a flush starts only after the previous one was fsynced).
+    written (a flush starts only after the previous one was fsynced). Holes
+    (zeros never written) hold no line and are skipped.
     """
     overlap = MAX_CONTROL_BYTES
     at = start
     while at < size:
+        if at > start:
+            # A line can only start right after a newline, in data; back off
+            # one byte so a newline just before the data is seen.
+            at = max(start, data_from(at) - 1)
+            if at >= size - 1:
+                return False
         chunk = read(at, min(CHUNK + overlap, size - at))
         if not chunk:
             return False
-        found = chunk.find(_NEEDLE)
+        found = chunk.find(_NEEDLE) if b"\n" in chunk else -1
         while found >= 0:
             begin = found + 1
             end = chunk.find(b"\n", begin, begin + MAX_CONTROL_BYTES + 1)
