@@ -101,6 +101,7 @@ async def test_flushes_arriving_together_share_one_transaction(
     await asyncio.gather(*tasks)
     assert store.writer_stats.groups == groups + 1
     assert store.writer_stats.largest_group == len(ids)
+    assert store.writer_stats.batched == len(ids)  # one statement for all
     for sid in ids:
         assert len((await store.load(sid)).events) == 4
 
@@ -130,6 +131,7 @@ async def test_a_refusal_in_a_group_fails_only_its_session(
     assert isinstance(outcome["g-4"], SequenceError)
     assert outcome["g-4"].expected == 2
     assert store.writer_stats.groups == groups + 1, "the group was split"
+    assert store.writer_stats.batched == 3
     for sid in ("g-0", "g-2", "g-5"):
         assert outcome[sid] is None
         assert len((await store.load(sid)).events) == 4

@@ -35,6 +35,7 @@ class Queries:
 
     select_row: bytes
     append: bytes
+    append_many: bytes
     create: bytes
     claim: bytes
     release: bytes
@@ -86,6 +87,24 @@ def _texts() -> dict[str, LiteralString]:
             " INSERT INTO {events} (session_id, seq, raw)"
             " SELECT landed.id, %(first)s + e.n - 1, e.raw"
             " FROM landed, unnest(%(raws)b::bytea[]) WITH ORDINALITY AS e(raw, n)"
+        ),
+        # Many sessions' flushes in one statement (one round trip for a
+        # group): the same compare-and-set per row; `landed` names the
+        # sessions whose rows matched, and only their events are inserted.
+        "append_many": (
+            "WITH input AS (SELECT * FROM unnest(%(ids)s::text[],"
+            " %(generations)s::bigint[], %(firsts)s::bigint[], %(counts)s::bigint[],"
+            " %(times)s::bigint[]) AS i(id, generation, first, count, time)),"
+            " landed AS (UPDATE {sessions} s SET next_seq = s.next_seq + i.count,"
+            " updated_at = GREATEST(s.updated_at, i.time), lease_until = {lease}"
+            " FROM input i WHERE s.id = i.id AND s.owner = %(owner)s"
+            " AND s.generation = i.generation AND s.next_seq = i.first"
+            " AND s.format_version <= %(format)s RETURNING s.id),"
+            " inserted AS (INSERT INTO {events} (session_id, seq, raw)"
+            " SELECT e.session_id, e.seq, e.raw FROM unnest(%(sids)s::text[],"
+            " %(seqs)s::bigint[], %(raws)b::bytea[]) AS e(session_id, seq, raw)"
+            " WHERE e.session_id IN (SELECT id FROM landed) RETURNING 1)"
+            " SELECT id FROM landed"
         ),
         "create": (
             "INSERT INTO {sessions} AS s (id, format_version, header, summary,"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -37,10 +38,11 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from turnkeep.errors import PersistenceError, StorageError, TurnkeepError
+from turnkeep.meta import FORMAT_VERSION
 from turnkeep_postgres.sqlerrors import connection_lost, storage_error
 from turnkeep_postgres.statements import Queries
 
-__all__ = ["Op", "Tx", "Writer", "WriterStats"]
+__all__ = ["Batched", "Op", "Tx", "Writer", "WriterStats"]
 
 T = TypeVar("T")
 log = logging.getLogger("turnkeep_postgres")
@@ -65,6 +67,33 @@ class Tx:
 
 
 @attrs.frozen
+class Batched:
+    """An append that can share one statement with other sessions' appends.
+
+    Attributes:
+        session_id: the session.
+        generation: the generation this instance holds.
+        first: the batch's first seq (the stored next seq it expects).
+        time: the last record's time (the new `updated_at` at least).
+        raws: the records' bytes, in seq order.
+        owner: this instance's owner token.
+        lease_s: the lease to set, in seconds.
+        landed: applies the in-memory effects once its rows matched.
+        missed: raises why its rows did not match.
+    """
+
+    session_id: str
+    generation: int
+    first: int
+    time: int
+    raws: list[bytes]
+    owner: uuid.UUID
+    lease_s: float
+    landed: Callable[[Tx], None]
+    missed: Callable[[Tx], Awaitable[None]]
+
+
+@attrs.frozen
 class Op(Generic[T]):
     """One write operation.
 
@@ -74,12 +103,15 @@ class Op(Generic[T]):
             a group's operations so two workers lock rows in the same order.
         clean: it refuses only before its first write (no savepoint needed).
         doing: what it does, for error messages.
+        batch: for an append, returns its `Batched` form when it can share a
+            statement (the session is held); `run` is used otherwise.
     """
 
     run: Callable[[Tx], Awaitable[T]]
     session_id: str | None
     clean: bool
     doing: str
+    batch: Callable[[], Batched | None] | None = None
 
 
 @attrs.define(eq=False)
@@ -95,6 +127,7 @@ class WriterStats:
     groups: int = 0
     operations: int = 0
     largest_group: int = 0
+    batched: int = 0
 
 
 def _order(job: _Job[Any]) -> tuple[bool, str]:
@@ -166,10 +199,11 @@ class Writer:
         if not jobs:
             return
         lost = False
+        batching = True
         try:
             async with self.pool.connection() as conn:
                 while jobs:
-                    jobs, lost = await self._attempt(conn, jobs)
+                    jobs, lost, batching = await self._attempt(conn, jobs, batching)
         except PoolTimeout as exc:
             error = StorageError(
                 f"no connection to PostgreSQL at {self.where} could be had in time "
@@ -191,21 +225,27 @@ class Writer:
                 log.debug("pool check failed", exc_info=True)
 
     async def _attempt(
-        self, conn: AsyncConnection[Any], jobs: list[_Job[Any]]
-    ) -> tuple[list[_Job[Any]], bool]:
+        self, conn: AsyncConnection[Any], jobs: list[_Job[Any]], batching: bool
+    ) -> tuple[list[_Job[Any]], bool, bool]:
         """Run `jobs` in one transaction.
 
         Returns:
-            The jobs to run again in a fresh transaction, and whether the
-            connection was lost.
+            The jobs to run again in a fresh transaction, whether the
+            connection was lost, and whether the rerun may batch appends.
         """
         shared = len(jobs) > 1
         done: list[tuple[_Job[Any], Any, Tx]] = []
         refused: list[tuple[_Job[Any], BaseException]] = []
         culprit: _Job[Any] | None = None
+        in_batch = False
         try:
             async with conn.transaction():
-                for job in jobs:
+                rest = jobs
+                if shared and batching:
+                    in_batch = True
+                    rest = await self._batch(conn, jobs, done, refused)
+                    in_batch = False
+                for job in rest:
                     tx = Tx(conn, self.queries)
                     culprit = job
                     try:
@@ -230,21 +270,30 @@ class Writer:
                 culprit = None  # from here on, a failure is the COMMIT's
         except TurnkeepError as exc:  # the only operation of the group refused
             _fail(jobs, exc)
-            return [], False
+            return [], False, batching
         except psycopg.Error as exc:
             for _, _, tx in reversed(done):
                 tx.rollback_memory()
             lost = connection_lost(exc)
+            if in_batch and not lost:
+                # The shared statement failed: run the group again one
+                # operation at a time, which finds the one at fault.
+                return jobs, False, False
             if culprit is not None and not lost:
                 # One operation aborted the transaction: it alone fails; the
                 # others (refused ones too: they re-check) run again.
                 _fail([culprit], self._wrap(exc, culprit))
-                return [j for j in jobs if j is not culprit], False
-            doing = "committing" if culprit is None else culprit.op.doing
+                return [j for j in jobs if j is not culprit], False, batching
+            if culprit is not None:
+                doing = culprit.op.doing
+            elif in_batch:
+                doing = "appending a group of flushes"
+            else:
+                doing = "committing"
             error = storage_error(exc, doing, self.where)
             error.__cause__ = exc
             _fail(jobs, error)
-            return [], lost
+            return [], lost, batching
         stats = self.stats
         stats.groups += 1
         stats.operations += len(done)
@@ -255,7 +304,66 @@ class Writer:
         for job, error in refused:
             if not job.future.done():
                 job.future.set_exception(error)
-        return [], False
+        return [], False, batching
+
+    async def _batch(
+        self,
+        conn: AsyncConnection[Any],
+        jobs: list[_Job[Any]],
+        done: list[tuple[_Job[Any], Any, Tx]],
+        refused: list[tuple[_Job[Any], BaseException]],
+    ) -> list[_Job[Any]]:
+        """Land every batchable append of the group in one statement.
+
+        Only the first operation on each session may join (a later one must
+        see its effects), and only when at least two join. Returns the jobs
+        still to run, in order.
+        """
+        items: list[tuple[_Job[Any], Batched]] = []
+        rest: list[_Job[Any]] = []
+        touched: set[str | None] = set()
+        for job in jobs:
+            item = None
+            if job.op.session_id not in touched and job.op.batch is not None:
+                item = job.op.batch()
+            touched.add(job.op.session_id)
+            if item is None:
+                rest.append(job)
+            else:
+                items.append((job, item))
+        if len(items) < 2:
+            return jobs
+        first = items[0][1]
+        params: dict[str, Any] = {
+            "ids": [i.session_id for _, i in items],
+            "generations": [i.generation for _, i in items],
+            "firsts": [i.first for _, i in items],
+            "counts": [len(i.raws) for _, i in items],
+            "times": [i.time for _, i in items],
+            "sids": [i.session_id for _, i in items for _ in i.raws],
+            "seqs": [i.first + n for _, i in items for n in range(len(i.raws))],
+            "raws": [raw for _, i in items for raw in i.raws],
+            "owner": first.owner,
+            "lease": first.lease_s,
+            "format": FORMAT_VERSION,
+        }
+        cur = await conn.execute(self.queries.append_many, params)
+        landed = {str(row[0]) for row in await cur.fetchall()}
+        self.stats.batched += len(landed)
+        for job, item in items:
+            tx = Tx(conn, self.queries)
+            if item.session_id in landed:
+                item.landed(tx)
+                done.append((job, None, tx))
+                continue
+            try:
+                await item.missed(tx)  # raises the refusal; it wrote nothing
+            except TurnkeepError as exc:
+                tx.rollback_memory()
+                refused.append((job, exc))
+            else:  # pragma: no cover - `missed` always explains a miss
+                refused.append((job, StorageError(f"{job.op.doing} did not land")))
+        return rest
 
     def _wrap(self, exc: psycopg.Error, job: _Job[Any]) -> StorageError:
         error = storage_error(exc, job.op.doing, self.where)

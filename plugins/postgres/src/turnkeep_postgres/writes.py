@@ -33,7 +33,7 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
-from turnkeep_postgres.writer import Op, Tx
+from turnkeep_postgres.writer import Batched, Op, Tx
 
 __all__ = [
     "OwnerState",
@@ -235,10 +235,35 @@ def append(
         if session_id in state.pending:
             state.stage(tx, session_id, False)
 
+    def batch() -> Batched | None:
+        generation = state.held.get(session_id)
+        if generation is None or not raws:
+            return None  # taking the role first: run it on its own
+
+        def landed(tx: Tx) -> None:
+            if session_id in state.pending:
+                state.stage(tx, session_id, False)
+
+        return Batched(
+            session_id=session_id,
+            generation=generation,
+            first=records[0].seq,
+            time=records[-1].time,
+            raws=raws,
+            owner=state.token,
+            lease_s=state.lease_s,
+            landed=landed,
+            missed=lambda tx: _explain_append(
+                tx, state, session_id, generation, records[0].seq
+            ),
+        )
+
     # Taking the role first (an unclaimed session) writes before the
     # compare-and-set may refuse: that needs a savepoint in a shared group.
     clean = session_id in state.held
-    return Op(run, session_id, clean=clean, doing=f"appending to {session_id!r}")
+    return Op(
+        run, session_id, clean=clean, doing=f"appending to {session_id!r}", batch=batch
+    )
 
 
 async def _explain_append(
