@@ -198,7 +198,9 @@ async def test_a_live_owner_renews_its_lease(
 async def test_a_dead_owners_lease_runs_out_and_it_is_fenced(
     open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
 ) -> None:
-    owner, other = open_store(lease_ms=600), open_store(lease_ms=600)
+    # A lease long enough that a loaded machine cannot let it run out
+    # between the append and the first claim below.
+    owner, other = open_store(lease_ms=2000), open_store(lease_ms=2000)
     await owner.create(meta("d"))
     await owner.append("d", turn(0, "first"))
     assert owner._opened is not None
@@ -225,7 +227,7 @@ async def test_a_dead_owners_lease_runs_out_and_it_is_fenced(
 async def test_an_abandoned_create_is_taken_over_once_its_lease_ran_out(
     open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
 ) -> None:
-    first, second = open_store(lease_ms=600), open_store(lease_ms=600)
+    first, second = open_store(lease_ms=2000), open_store(lease_ms=2000)
     await first.create(meta("c"))
     assert first._opened is not None
     first._opened.renewer.cancel()

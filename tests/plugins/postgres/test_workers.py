@@ -7,7 +7,7 @@ worker drives it), drive one turn through `Session.append`, `flush`, then
 `close` it (release). So every turn of a session may go to any worker.
 After a random number of acknowledged turns, the test SIGKILLs worker 0 the
 moment it reports holding a session: that session stays locked until its
-lease (1 s here) runs out, and then the others finish it.
+lease (3 s here) runs out, and then the others finish it.
 
 At the end: every session's log decodes and is contiguous, each turn is
 whole and driven by one worker, every acknowledged turn is in the log as
@@ -44,6 +44,9 @@ SESSIONS = 64
 WORKERS = 4
 TURNS = 5  # per session, the coordinator's turn 0 included
 PER_TURN = 5
+# Long enough that a worker starved by a loaded machine keeps its lease
+# (renewed every second); the killed worker's session waits this long.
+LEASE_MS = 3000
 
 
 async def _seed(options: dict[str, Any]) -> None:
@@ -119,7 +122,7 @@ async def test_four_workers_share_sixty_four_sessions_and_one_dies(
             "worker": worker,
             "turns": TURNS,
             "seed": rng.randrange(2**31),
-            "options": {"lease_ms": 1000},
+            "options": {"lease_ms": LEASE_MS},
         }
         procs.append(
             await asyncio.create_subprocess_exec(

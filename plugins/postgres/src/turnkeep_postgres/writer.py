@@ -6,6 +6,12 @@ is in flight, new writes queue; the task then takes everything queued (up to
 so one WAL flush acknowledges many sessions' flushes. Nothing is
 acknowledged before the `COMMIT` returns.
 
+The appends of a group whose sessions this instance holds land in one
+statement (`append_many`: the same compare-and-set per session row, and only
+the matching sessions' events are inserted), so a group costs one round
+trip, not one per session; the sessions that did not match are explained one
+by one (fenced, wrong seq, ...) and fail alone.
+
 Isolation inside a group: an operation marked *clean* refuses (wrong seq,
 fenced, locked, ...) only before it writes, so its refusal leaves the
 transaction untouched and needs no savepoint. Any other operation runs
