@@ -132,6 +132,9 @@ class Server:
             _, status = os.waitpid(cmd["pid"], 0)
             return {"status": status}
         if op == "open":
+            if self.backend is not None:
+                with contextlib.suppress(TurnkeepError):
+                    self.loop.run_until_complete(self.backend.aclose())
             self.backend = PostgresPersistence(config(cmd))
             return {"app": self.backend.application_name}
         backend = self.backend

@@ -26,9 +26,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from turnkeep.errors import StorageError
-from turnkeep_postgres import PostgresConfig, PostgresPersistence
+from turnkeep_postgres import SCHEMA_VERSION, PostgresConfig, PostgresPersistence
 
 from . import _worker as worker_lib
 from .conftest import DSN, Worker
@@ -114,6 +115,32 @@ async def test_exclusive_open_race_soak(
     pg_config: Callable[..., PostgresConfig], spawn_worker: Callable[[], Worker]
 ) -> None:
     await _races(10_000, pg_config(), spawn_worker)
+
+
+@pytest.mark.asyncio
+async def test_two_processes_migrating_one_schema_migrate_once(
+    schema: str, spawn_worker: Callable[[], Worker]
+) -> None:
+    """Plan item 33 with real processes (the connection-level races of
+    test_schema.py run 100 more): both open a fresh schema at once."""
+    workers = [spawn_worker(), spawn_worker()]
+    for race in range(10):
+        name = f"{schema}_p{race}"
+        for w in workers:
+            w.call(op="open", dsn=DSN, schema=name)
+        replies = _race(workers, op="load", id="nothing-here")
+        assert [r.get("error") for r in replies] == ["SessionNotFoundError"] * 2
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT version FROM {}.schema_migrations").format(
+                    sql.Identifier(name)
+                )
+            ).fetchall()
+            assert rows == [(SCHEMA_VERSION,)], f"race {race}: {rows}"
+        for w in workers:
+            w.call(op="close")
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 def _terminate(app: str) -> int:
