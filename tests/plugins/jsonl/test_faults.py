@@ -1,6 +1,7 @@
 """Plan items 12 and 13: injected I/O errors, and short writes.
 
-- 12: a 50-turn run (with a summary update and a release) is repeated with
+- 12: a 50-turn run (with a summary update, a release and claim halfway,
+  and a final release) is repeated with
   the k-th call of one kind failing, for every k the run makes, once
   (transient) and from then on (persistent): `fsync`, `pwrite` (EIO and
   ENOSPC), `replace`, `fsync_dir`. Each time: the error is a
@@ -53,6 +54,9 @@ def run(store: Path, ops: FileOps) -> tuple[int, StorageError | None, bool]:
             acked += 1
             if index == 25:
                 backend.update("s", SessionSummary(title="t25"))
+            if index == 40:  # a release and a claim: owner lines, in place
+                backend.release("s")
+                backend.claim("s", False)
         backend.release("s")
     except TurnkeepError as exc:
         failure: TurnkeepError | None = exc

@@ -304,21 +304,3 @@ class Store:
         # Best effort: a leftover temp file is ignored by every reader.
         with contextlib.suppress(OSError):
             self.ops.unlink(name, dir_fd=dir_fd)
-
-    def read_small(self, dir_fd: int, name: str, limit: int) -> bytes | None:
-        """A small file's bytes (at most `limit`), or `None` if it is absent.
-
-        Raises:
-            OSError: it exists but cannot be read (a symlink included).
-        """
-        ops = self.ops
-        try:
-            fd = ops.open(
-                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
-            )
-        except FileNotFoundError:
-            return None
-        try:
-            return ops.pread(fd, limit, 0)
-        finally:
-            ops.close(fd)
