@@ -70,12 +70,12 @@ class _Head(msgspec.Struct, tag_field="mark", tag="catalog", kw_only=True):
     """The first line of the catalog file.
 
     The snapshot is the file's first `base` bytes; its lines after this one
-    have the CRC-32 `crc`, all together.
+    have the CRC-32 `fcrc`, all together.
     """
 
     format_version: int
     base: int
-    crc: str
+    fcrc: str
 
 
 _Line: TypeAlias = Entry | Gone | _Head
@@ -202,7 +202,7 @@ class Catalog:
         crc = f"{zlib.crc32(body):08x}"
         base = len(body)
         while True:  # the head line's length depends on `base` itself
-            head = seal(_encode(_Head(format_version=_VERSION, base=base, crc=crc)))
+            head = seal(_encode(_Head(format_version=_VERSION, base=base, fcrc=crc)))
             if len(head) + len(body) == base:
                 break
             base = len(head) + len(body)
@@ -253,7 +253,10 @@ def _parse(data: bytes) -> dict[str, Entry] | None:
         return None
     first = data.index(b"\n") + 1
     base = head.base
-    if first <= base <= len(data) and f"{zlib.crc32(data[first:base]):08x}" == head.crc:
+    if (
+        first <= base <= len(data)
+        and f"{zlib.crc32(data[first:base]):08x}" == head.fcrc
+    ):
         snapshot = data[first:base].split(b"\n")
         snapshot.pop()
         journal = data[base:].split(b"\n")

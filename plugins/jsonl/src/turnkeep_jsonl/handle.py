@@ -16,6 +16,7 @@ import threading
 from typing import Final
 
 import attrs
+import msgspec
 
 from turnkeep.errors import (
     SessionCorruptError,
@@ -208,13 +209,18 @@ def write_sidecar(store: Store, handle: Handle, summary: SessionSummary) -> None
     Raises:
         OSError: the sidecar could not be replaced (the old one stays).
     """
+    state = handle.state
     sidecar = Sidecar(
         format_version=handle.header.format_version,
         id=handle.header.id,
         log=handle.header.log,
-        flush=handle.state.flush,
-        seq=handle.state.seq,
-        summary=summary,
+        flush=state.flush,
+        seq=state.seq,
+        summary=msgspec.structs.replace(
+            summary,
+            updated_at=max(summary.updated_at, state.time),
+            event_count=state.seq,
+        ),
     )
     data = encode_sidecar(sidecar)
     store.write_atomic(handle.gfd, handle.stem + SIDECAR_SUFFIX, data)
