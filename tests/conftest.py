@@ -3,10 +3,14 @@
 Every `Host` created by any test is watched by a `HookMonitor`: seq stays
 contiguous per session, and no plugin receives `session_event` after its
 dispose returned. Violations fail the test that caused them.
+
+Tests marked `soak` (long, seeded runs) are skipped unless pytest runs with
+`--soak` (as `make soak` does) or `TURNKEEP_SOAK=1` is set.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -18,6 +22,34 @@ from turnkeep.host import Host
 from turnkeep.testing import HookMonitor
 
 pytest_plugins = ["pytester"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add `--soak`."""
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="run the long, seeded soak-tier tests (marker `soak`)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Make `--soak` visible to code that checks the environment."""
+    if config.getoption("--soak"):
+        os.environ["TURNKEEP_SOAK"] = "1"
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Skip soak-tier tests unless they were asked for."""
+    if os.environ.get("TURNKEEP_SOAK") == "1":
+        return
+    skip = pytest.mark.skip(reason="soak tier: run `make soak` (or TURNKEEP_SOAK=1)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,32 @@ from pluggy import HookImpl
 
 from turnkeep.errors import FlushError, HookContractError
 
-__all__ = ["await_all", "call_plugin_hook", "direct_caller", "refuse_awaitables"]
+__all__ = [
+    "await_all",
+    "call_impl",
+    "call_plugin_hook",
+    "direct_caller",
+    "live_impls",
+    "refuse_awaitables",
+]
+
+
+def live_impls(pm: pluggy.PluginManager, hook_name: str) -> list[HookImpl]:
+    """The hook's implementation list that pluggy keeps current in place.
+
+    Empty while no plugin implements the hook, so a caller can skip the hook
+    at no cost. Falls back to a snapshot if a future pluggy moves it.
+    """
+    caller = getattr(pm.hook, hook_name)
+    impls: object = getattr(caller, "_hookimpls", None)
+    if isinstance(impls, list):
+        return cast("list[HookImpl]", impls)
+    return caller.get_hookimpls()  # pragma: no cover - pluggy internals moved
+
+
+def call_impl(impl: HookImpl, **kwargs: Any) -> object:
+    """Call one implementation with the arguments it accepts."""
+    return impl.function(*(kwargs[name] for name in impl.argnames))
 
 
 def call_plugin_hook(

@@ -16,9 +16,15 @@ __all__ = ["render"]
 _GROUPS = (
     (
         "Session lifecycle",
-        ("session_created", "session_event", "session_flush", "session_closed"),
+        (
+            "session_created",
+            "redact_event",
+            "session_event",
+            "session_flush",
+            "session_closed",
+        ),
     ),
-    ("Capabilities", ("register_persistence", "register_event_types")),
+    ("Capabilities", ("register_persistence", "register_event_types", "redact_text")),
     ("Plugin lifecycle", ("plugin_apply", "plugin_dispose")),
 )
 

@@ -66,6 +66,8 @@ class Config:
         plugins: which `turnkeep` entry points to load.
         blocked_plugins: entry-point names never to load.
         max_event_bytes: the largest encoded event accepted at append.
+        redact_secrets: replace credentials in events and metadata with
+            markers before anything stores them (`turnkeep.redaction`).
         backends: per-backend option tables, keyed by backend name.
     """
 
@@ -75,6 +77,7 @@ class Config:
     max_event_bytes: int = attrs.field(
         default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
     )
+    redact_secrets: bool = False
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "PersistenceNotConfiguredError",
     "PluginNotFoundError",
     "PluginReloadError",
+    "RedactionError",
     "SequenceError",
     "SessionClosedError",
     "SessionCorruptError",
@@ -175,6 +176,12 @@ class EventTooLargeError(EventRejectedError):
     """An event's encoded size exceeds the configured maximum."""
 
     code = "event-too-large"
+
+
+class RedactionError(EventRejectedError):
+    """A redaction hook failed, so the event was refused rather than stored raw."""
+
+    code = "redaction"
 
 
 class EventDecodeError(TurnkeepError, ValueError):

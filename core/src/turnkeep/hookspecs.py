@@ -101,6 +101,65 @@ def session_event(session: Session, event: SessionEvent) -> None:
 
 
 @hookspec
+def redact_event(session: Session, event: SessionEvent) -> SessionEvent | None:
+    """Return a redacted copy of an event about to be appended, or `None`.
+
+    Called:
+        By `Session.append`, before the event joins the log and before
+        `session_event`, so the live log, every stored byte and every model
+        history hold the redacted event only. Implementations run in hook
+        order, each receiving the previous one's result.
+
+    Calling convention:
+        Synchronous. Not called at all (no cost) while no plugin implements
+        it. An exception rejects the event: `append` raises `RedactionError`
+        and nothing is appended or stored.
+
+    Args:
+        session: the session.
+        event: the event (already numbered), possibly redacted by an earlier
+            implementation.
+
+    Returns:
+        A replacement event of the same class, seq and time, or `None` to
+        keep `event` as it is.
+
+    Contract:
+        MUST be pure and fast; MUST NOT do I/O; MUST NOT change the event's
+        class, seq or time. Implemented by `turnkeep.redaction.SecretRedactor`
+        (enabled with `redact_secrets = true`).
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
+def redact_text(text: str) -> str | None:
+    """Return a redacted copy of metadata text (titles, first prompts), or `None`.
+
+    Called:
+        By `Session.set_summary` for each text field before it is kept (and
+        later stored), in hook order, each implementation receiving the
+        previous one's result.
+
+    Calling convention:
+        Synchronous. An exception refuses the summary change with
+        `RedactionError`; nothing is changed.
+
+    Args:
+        text: the text.
+
+    Returns:
+        The redacted text, or `None` to keep it.
+
+    Contract:
+        MUST be pure and fast; MUST NOT do I/O.
+
+    Added in: 0.1.
+    """
+
+
+@hookspec
 def session_flush(session: Session) -> Awaitable[None] | None:
     """Make everything appended to `session` so far durable.
 

@@ -19,18 +19,21 @@ import asyncio
 import importlib
 import importlib.metadata
 import inspect
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import pluggy
+from pluggy import HookImpl
 
 from turnkeep import hookspecs, memory
 from turnkeep._hookcall import (
     await_all,
+    call_impl,
     call_plugin_hook,
     direct_caller,
+    live_impls,
     refuse_awaitables,
 )
 from turnkeep._reimport import fresh_import
@@ -44,12 +47,14 @@ from turnkeep.errors import (
     PersistenceNotConfiguredError,
     PluginNotFoundError,
     PluginReloadError,
+    RedactionError,
     TurnkeepError,
     UnknownBackendError,
 )
 from turnkeep.events import VOCABULARY, SessionEvent, event_type_name
 from turnkeep.hookspecs import PROJECT_NAME
 from turnkeep.persistence import SessionPersistence, validate_backend
+from turnkeep.redaction import SecretRedactor
 from turnkeep.session import Session, SessionStore
 from turnkeep.writebehind import WriteBehind
 
@@ -59,6 +64,7 @@ ENTRY_POINT_GROUP: Final = "turnkeep"
 WRITE_BEHIND_NAME: Final = "turnkeep.writebehind"
 
 T = TypeVar("T")
+E = TypeVar("E", bound=SessionEvent)
 
 
 @attrs.frozen
@@ -111,6 +117,7 @@ class Host:
     _reloading: asyncio.Event | None = attrs.field(init=False, default=None)
     _reload_lock: asyncio.Lock = attrs.field(init=False, factory=asyncio.Lock)
     _event_hook: Callable[..., list[object]] = attrs.field(init=False)
+    _redactors: list[HookImpl] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.pm = pluggy.PluginManager(PROJECT_NAME)
@@ -118,6 +125,7 @@ class Host:
         self._codec = EventCodec(max_event_bytes=self.config.max_event_bytes)
         self.sessions = SessionStore(self, clock=self.clock)
         self._event_hook = direct_caller(self.pm, "session_event")
+        self._redactors = live_impls(self.pm, "redact_event")
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -137,6 +145,8 @@ class Host:
             return self
         self._started = True
         self._register_plugin(memory, "memory")
+        if self.config.redact_secrets:
+            self._register_plugin(SecretRedactor(), "turnkeep.redaction")
         self._load_entrypoints()
         for plugin in self.plugins:
             self._register_plugin(plugin, None)
@@ -333,6 +343,64 @@ class Host:
     def check_session_event_results(self, results: list[object]) -> None:
         """Refuse awaitables returned by `session_event` implementations."""
         refuse_awaitables(results, "session_event")
+
+    @property
+    def redactors(self) -> Sequence[object]:
+        """The live list of `redact_event` implementations."""
+        return self._redactors
+
+    def redact_event(self, session: Session, event: E) -> E:
+        """Run every `redact_event` implementation, in hook order.
+
+        Raises:
+            RedactionError: an implementation raised or broke its contract.
+        """
+        current = event
+        for impl in list(reversed(self._redactors)):
+            try:
+                result = call_impl(impl, session=session, event=current)
+            except Exception as exc:
+                raise RedactionError(
+                    f"redacting event {event.type!r} (seq {event.seq}) failed "
+                    f"in {impl.plugin_name!r}; the event was refused, not stored "
+                    f"raw: {type(exc).__name__}",
+                    event_type=event.type,
+                ) from exc
+            if result is None:
+                continue
+            if (
+                type(result) is not type(event)
+                or result.seq != event.seq  # pyright: ignore[reportAttributeAccessIssue]
+                or result.time != event.time  # pyright: ignore[reportAttributeAccessIssue]
+            ):
+                raise RedactionError(
+                    f"{impl.plugin_name!r} returned a different event from "
+                    f"redact_event for {event.type!r} (seq {event.seq})",
+                    event_type=event.type,
+                )
+            current = cast(E, result)
+        return current
+
+    def redact_text(self, text: str) -> str:
+        """Run every `redact_text` implementation, in hook order.
+
+        Raises:
+            RedactionError: an implementation raised.
+        """
+        impls = self.pm.hook.redact_text.get_hookimpls()
+        current = text
+        for impl in reversed(impls):
+            try:
+                result = call_impl(impl, text=current)
+            except Exception as exc:
+                raise RedactionError(
+                    f"redacting metadata text failed in {impl.plugin_name!r}: "
+                    f"{type(exc).__name__}",
+                    event_type="summary",
+                ) from exc
+            if isinstance(result, str):
+                current = result
+        return current
 
     async def flush_session(self, session: Session) -> None:
         """Emit `session_flush` and await every implementation together."""

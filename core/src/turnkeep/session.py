@@ -75,6 +75,19 @@ class SessionHooks(Protocol):
         """Refuse awaitables returned by `session_event` implementations."""
         ...
 
+    @property
+    def redactors(self) -> Sequence[object]:
+        """The live list of `redact_event` implementations (empty: no cost)."""
+        ...
+
+    def redact_event(self, session: Session, event: E) -> E:
+        """Run `redact_event` and return the event to append."""
+        ...
+
+    def redact_text(self, text: str) -> str:
+        """Run `redact_text` and return the text to keep."""
+        ...
+
     async def flush_session(self, session: Session) -> None:
         """Emit `session_flush` and await every implementation."""
         ...
@@ -138,8 +151,11 @@ class Session:
     """Set by the store when the session is closed; it then takes no events."""
     _emit: Callable[..., list[object]] = attrs.field(init=False, repr=False)
 
+    _redactors: Sequence[object] = attrs.field(init=False, repr=False)
+
     def __attrs_post_init__(self) -> None:
         self._emit = self._hooks.session_event_hook
+        self._redactors = self._hooks.redactors
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -173,14 +189,17 @@ class Session:
 
         Raises:
             SessionClosedError: the session was closed.
-            EventRejectedError: a persistence plugin refused the event at its
-                source (not serialisable, too large, redaction failed); it was
-                not appended and nothing buffered it.
+            EventRejectedError: the event was refused at its source (a
+                redaction hook failed, or a persistence plugin found it not
+                serialisable or too large); it was not appended and nothing
+                buffered it.
         """
         if self.closed:
             raise SessionClosedError(f"session {self.id!r} is closed")
         events = self._events
         event = kind(seq=len(events), time=self._clock(), data=data)
+        if self._redactors:
+            event = self._hooks.redact_event(self, event)
         events.append(event)
         try:
             results = self._emit(self, event)
@@ -200,7 +219,15 @@ class Session:
         first_prompt: str | None = None,
         status: SessionStatus | None = None,
     ) -> None:
-        """Change summary fields; they are stored with the next flush."""
+        """Change summary fields; they are stored with the next flush.
+
+        Raises:
+            RedactionError: a `redact_text` hook failed; nothing changed.
+        """
+        if title is not None:
+            title = self._hooks.redact_text(title)
+        if first_prompt is not None:
+            first_prompt = self._hooks.redact_text(first_prompt)
         changes: dict[str, object] = {}
         if title is not None and title != self.summary.title:
             changes["title"] = title

@@ -1,8 +1,4 @@
-"""Fixtures and helpers of the turnkeep-sqlite tests.
-
-Soak sizes run only when `TURNKEEP_SOAK=1` is set (or pytest was given a
-`--soak` option by a root conftest); otherwise `@pytest.mark.soak` tests skip.
-"""
+"""Fixtures and helpers of the turnkeep-sqlite tests (soak: see the root conftest)."""
 
 from __future__ import annotations
 
@@ -36,27 +32,6 @@ from turnkeep.meta import SessionHeader, SessionMeta
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
 CODEC = EventCodec()
-
-
-def soak_enabled(config: pytest.Config) -> bool:
-    """Whether soak-sized runs were asked for."""
-    try:
-        flag = bool(config.getoption("--soak"))
-    except ValueError:
-        flag = False  # no root conftest defines --soak
-    return flag or os.environ.get("TURNKEEP_SOAK") == "1"
-
-
-def pytest_collection_modifyitems(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    if soak_enabled(config):
-        return
-    skip = pytest.mark.skip(reason="soak size: set TURNKEEP_SOAK=1 (make soak)")
-    here = Path(__file__).parent
-    for item in items:
-        if "soak" in item.keywords and here in Path(str(item.fspath)).parents:
-            item.add_marker(skip)
 
 
 def turn_records(
