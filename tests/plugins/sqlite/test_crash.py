@@ -117,7 +117,12 @@ async def _run_trials(
         run = tmp_path / f"t{trial}"
         run.mkdir()
         path = run / "db" / "s.sqlite3"
-        delay = rng.uniform(0, duration)
+        # The kill point: after a uniformly chosen number of acknowledged
+        # turns, then a random fraction of one turn's time. Chasing progress
+        # (not wall time) keeps the kills spread over the run however loaded
+        # the machine is.
+        target = rng.randrange(TURNS)
+        delay = rng.uniform(0, duration / TURNS)
         pid = zygote.call(
             op="fork_writer",
             path=str(path),
@@ -126,6 +131,11 @@ async def _run_trials(
             seed=SEED,
             ack=str(run / "ack"),
         )["pid"]
+        ack = run / "ack"
+        async with asyncio.timeout(120):  # a writer that died early fails here
+            # A file written by another process: there is no event to wait on.
+            while not (ack.exists() and _acked(ack) >= target):  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
         await asyncio.sleep(delay)  # the random kill point, not a wait for anything
         os.kill(pid, signal.SIGKILL)
         zygote.call(op="reap", pid=pid)
@@ -134,7 +144,7 @@ async def _run_trials(
             result = await _check_trial(path, acked)
         except AssertionError as exc:
             raise AssertionError(
-                f"trial {trial} (kill after {delay:.4f}s): {exc}"
+                f"trial {trial} (kill after turn {target} + {delay:.4f}s): {exc}"
             ) from exc
         outcomes.append(result["turns"])
         if trial % 10 == 0 and path.exists():
