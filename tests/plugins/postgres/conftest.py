@@ -10,8 +10,8 @@ holds a shared lock on a lock file while it runs; a crash test takes it
 exclusively, so it runs alone and the others wait (under xdist too), and it
 restarts the server before it lets go, also when it fails.
 
-Soak sizes run only when `TURNKEEP_SOAK=1` is set (or pytest was given a
-`--soak` option by a root conftest); otherwise `@pytest.mark.soak` tests skip.
+Soak sizes (`@pytest.mark.soak`) run only with `--soak` or `TURNKEEP_SOAK=1`
+(the root conftest skips them otherwise).
 """
 
 from __future__ import annotations
@@ -61,27 +61,6 @@ def server_up(timeout: int = 3) -> bool:
     except psycopg.Error:
         return False
     return True
-
-
-def soak_enabled(config: pytest.Config) -> bool:
-    """Whether soak-sized runs were asked for."""
-    try:
-        flag = bool(config.getoption("--soak"))
-    except ValueError:
-        flag = False  # no root conftest defines --soak
-    return flag or os.environ.get("TURNKEEP_SOAK") == "1"
-
-
-def pytest_collection_modifyitems(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    if soak_enabled(config):
-        return
-    skip = pytest.mark.skip(reason="soak size: set TURNKEEP_SOAK=1 (make soak)")
-    here = Path(__file__).parent
-    for item in items:
-        if "soak" in item.keywords and here in Path(str(item.fspath)).parents:
-            item.add_marker(skip)
 
 
 @contextlib.contextmanager
