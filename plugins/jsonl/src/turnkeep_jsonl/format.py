@@ -192,6 +192,16 @@ def all_sealed(lines: list[bytes]) -> bool:
     return list(computed) == list(map(int, map(_hex, lines), repeat(16)))
 
 
+def all_storable(raws: list[bytes]) -> bool:
+    """Whether `bad_event_reason` has nothing to say about any of `raws`."""
+    return (
+        all(map(bytes.startswith, raws, repeat(b'{"')))
+        and all(map(bytes.endswith, raws, repeat(b"}")))
+        and not any(map(bytes.startswith, raws, repeat(MARK)))
+        and not any(map(bytes.__contains__, raws, repeat(b"\n")))
+    )
+
+
 def bad_event_reason(raw: bytes) -> str | None:
     """Why `raw` cannot be stored as an event line, or `None` if it can."""
     if not (raw.startswith(b'{"') and raw.endswith(b"}")):
@@ -203,12 +213,16 @@ def bad_event_reason(raw: bytes) -> str | None:
     return None
 
 
+_open_end: Final = itemgetter(slice(None, -1))
+
+
 def encode_event_lines(records: Sequence[EventRecord]) -> bytes:
     """The event lines of one flush (each record's bytes plus its checksum)."""
-    crc32 = zlib.crc32
-    return b"".join(
-        [b'%b,"crc":"%08x"}\n' % (r.raw[:-1], crc32(r.raw)) for r in records]
-    )
+    raws = [r.raw for r in records]
+    parts: list[bytes] = [b""] * (2 * len(raws))
+    parts[::2] = map(_open_end, raws)  # each event without its closing brace
+    parts[1::2] = [b',"crc":"%08x"}\n' % c for c in map(zlib.crc32, raws)]
+    return b"".join(parts)
 
 
 def encode_header(header: Header) -> bytes:

@@ -164,8 +164,10 @@ def fence(handle: Handle, why: str) -> SessionFencedError:
     return error
 
 
-def check_owner(ops: FileOps, handle: Handle) -> int:
+def check_owner(ops: FileOps, handle: Handle, *, identity: bool = True) -> int:
     """Refuse to write unless the log's name still points at our file (R9).
+
+    `identity=False` skips the name lookup (a flush checks it after writing).
 
     Returns:
         The file's size, for the caller to compare with `handle.end` (a
@@ -179,7 +181,8 @@ def check_owner(ops: FileOps, handle: Handle) -> int:
         size = ops.fstat(handle.fd).st_size
     except OSError as exc:
         raise poison(handle, exc, "checking its log") from exc
-    check_identity(ops, handle)
+    if identity:
+        check_identity(ops, handle)
     return size
 
 

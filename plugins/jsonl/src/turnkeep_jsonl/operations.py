@@ -36,8 +36,8 @@ from turnkeep.persistence import LoadedSession
 from .catalog import Catalog, Entry
 from .claim import open_stored, take_epoch
 from .fileops import FileOps
-from .format import bad_event_reason
-from .handle import Handle, Pending, close, poison, write_sidecar
+from .format import all_storable, bad_event_reason
+from .handle import Handle, Pending, check_identity, close, poison, write_sidecar
 from .listing import Run, run_of
 from .locks import lock, unlock
 from .store import Store, storage_error
@@ -169,11 +169,21 @@ class Operations:
             handle = self._claim(session_id, steal=False)
         if handle is not None:
             _refuse_if_failed(handle)
-            settle(self.store, handle, max_line=self.max_line)
-        if not records:
-            return
+            # Size only: the identity of the file is checked after the write,
+            # which is what keeps a takeover from being acknowledged over.
+            settle(self.store, handle, max_line=self.max_line, identity=False)
         expected = handle.state.seq if handle is not None else 0
-        self._check_batch(session_id, records, expected)
+        try:
+            if records:
+                self._check_batch(session_id, records, expected)
+        except BaseException:
+            if handle is not None:
+                check_identity(self.ops, handle)  # a fenced owner hears so first
+            raise
+        if not records:
+            if handle is not None:
+                check_identity(self.ops, handle)
+            return
         if handle is not None:
             append(self.store, handle, records)
             return
@@ -191,6 +201,15 @@ class Operations:
     def _check_batch(
         self, session_id: str, records: Sequence[EventRecord], expected: int
     ) -> None:
+        # The common case in a few C-level passes; the loop below only runs
+        # to name what is wrong.
+        raws = [r.raw for r in records]
+        if (
+            [r.seq for r in records] == list(range(expected, expected + len(raws)))
+            and max(map(len, raws)) <= self.max_event_bytes
+            and all_storable(raws)
+        ):
+            return
         limit = self.max_event_bytes
         for index, record in enumerate(records):
             if record.seq != expected + index:

@@ -213,14 +213,16 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
     handle.end += len(data)
 
 
-def settle(store: Store, handle: Handle, *, max_line: int) -> None:
-    """Check the log is still ours and ends where we left it, before a write.
+def settle(
+    store: Store, handle: Handle, *, max_line: int, identity: bool = True
+) -> None:
+    """Check the log ends where we left it (and, with `identity`, is still ours).
 
     Raises:
         SessionFencedError: another owner took it over.
         SessionCorruptError, StorageError: see `reconcile`.
     """
-    size = check_owner(store.ops, handle)
+    size = check_owner(store.ops, handle, identity=identity)
     if size != handle.end:
         reconcile(store, handle, size, max_line=max_line)
 
