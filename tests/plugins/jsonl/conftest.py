@@ -28,6 +28,7 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from plugins.jsonl.helpers import seeded  # noqa: E402
+from plugins.jsonl.zygote_client import Zygote  # noqa: E402
 from turnkeep.errors import TurnkeepError  # noqa: E402
 from turnkeep_jsonl import FileOps, JsonlPersistence, OsFileOps  # noqa: E402
 
@@ -57,6 +58,14 @@ def pytest_collection_modifyitems(
 def rng(request: pytest.FixtureRequest) -> random.Random:
     """A seeded random generator; the seed is printed for reproduction."""
     return seeded(request)
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """A fork server for this test module's processes (see `_zygote.py`)."""
+    server = Zygote()
+    yield server
+    server.close()
 
 
 @pytest.fixture
