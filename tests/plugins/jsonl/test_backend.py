@@ -8,6 +8,7 @@ configuration and the environment.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import shutil
@@ -23,6 +24,7 @@ from turnkeep.config import Config, load_config
 from turnkeep.errors import (
     ConfigurationError,
     EventRejectedError,
+    SequenceError,
     SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
@@ -383,3 +385,44 @@ async def test_the_default_store_is_in_the_user_data_directory() -> None:
     backend = JsonlPersistence.from_config(JsonlConfig())
     assert backend.path == default_path().absolute()
     assert "turnkeep" in str(backend.path)
+
+
+# -- concurrency ----------------------------------------------------------------
+
+
+async def test_many_sessions_flush_concurrently(
+    store: Path, open_backend: Open
+) -> None:
+    backend = open_backend()
+    names = [f"c{n}" for n in range(20)]
+    for name in names:
+        await backend.create(meta(name))
+
+    async def drive(name: str) -> list[bytes]:
+        seq = 0
+        written: list[bytes] = []
+        for index in range(10):
+            flush = turn(seq, index, seed=name)
+            await backend.append(name, flush)
+            written += [r.raw for r in flush]
+            seq += len(flush)
+        return written
+
+    results = await asyncio.gather(*(drive(name) for name in names))
+    reader = open_backend()
+    for name, written in zip(names, results, strict=True):
+        assert (await reader.load(name)).events == written
+
+
+async def test_concurrent_appends_to_one_session_never_interleave(
+    store: Path, open_backend: Open
+) -> None:
+    backend = open_backend()
+    await backend.create(meta("s"))
+    first = batch(0)
+    outcomes = await asyncio.gather(
+        *(backend.append("s", first) for _ in range(5)), return_exceptions=True
+    )
+    assert sum(o is None for o in outcomes) == 1
+    assert all(isinstance(o, SequenceError) for o in outcomes if o is not None)
+    assert (await backend.load("s")).events == raws([first])
