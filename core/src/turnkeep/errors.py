@@ -208,8 +208,10 @@ class PersistenceError(TurnkeepError):
 class StorageError(PersistenceError, OSError):
     """The storage underneath a backend failed (I/O, driver, server).
 
-    After a `StorageError` during a write, the backend's handle for that
-    session is poisoned: nothing was acknowledged, and recovery is a reopen.
+    A write that raised this was not acknowledged. File backends poison the
+    session's handle (no retry of fsync on it; recovery is a reopen and a
+    load); backends whose storage can say what landed (databases) let a retry
+    either land or report, through `SequenceError`, how much already had.
     """
 
     code = "storage"

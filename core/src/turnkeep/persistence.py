@@ -158,6 +158,7 @@ class SessionPersistence(Protocol):
         Raises:
             SessionNotFoundError: nothing is stored under this id.
             SessionLockedError: another live owner holds it and not `steal`.
+            UnsupportedFormatError: the stored session is of a newer format.
         """
         ...
 
