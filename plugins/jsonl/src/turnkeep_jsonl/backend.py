@@ -12,12 +12,10 @@ Consumed by the host through the `jsonl` entry point (see `__init__`).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -35,6 +33,7 @@ from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
 from .operations import Operations
 from .store import storage_error
+from .workers import Workers
 
 __all__ = ["JsonlPersistence"]
 
@@ -63,7 +62,7 @@ class JsonlPersistence:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     threads: int = 8
     _impl: Operations = attrs.field(init=False)
-    _executor: ThreadPoolExecutor | None = attrs.field(init=False, default=None)
+    _workers: Workers | None = attrs.field(init=False, default=None)
     _locks: dict[str, threading.Lock] = attrs.field(
         init=False, factory=dict[str, threading.Lock]
     )
@@ -165,7 +164,7 @@ class JsonlPersistence:
             StorageError: a session could not be released cleanly (all the
                 others were; every file is closed anyway).
         """
-        if self._executor is None:
+        if self._workers is None:
             return
         errors: list[TurnkeepError] = []
         for session_id in self._impl.session_ids():
@@ -174,8 +173,8 @@ class JsonlPersistence:
             except TurnkeepError as exc:
                 errors.append(exc)
         await self._run(self._impl.close)
-        executor, self._executor = self._executor, None
-        executor.shutdown(wait=False)  # every job has finished: threads just exit
+        workers, self._workers = self._workers, None
+        workers.stop()  # every job has finished: the threads just exit
         if errors:
             raise errors[0]
 
@@ -187,14 +186,11 @@ class JsonlPersistence:
                 "this JsonlPersistence belongs to the parent process; a forked "
                 "child must open its own"
             )
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=self.threads, thread_name_prefix="turnkeep-jsonl"
-            )
+        workers = self._workers
+        if workers is None:
+            workers = self._workers = Workers(self.threads, "turnkeep-jsonl")
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, fn, *args
-            )
+            return await workers.run(fn, *args)
         except StorageError:
             raise
         except OSError as exc:
@@ -221,7 +217,7 @@ class JsonlPersistence:
         shares: closing the child's copies lets the parent's `release` free
         the session even while the child lives on.
         """
-        self._executor = None
+        self._workers = None  # its threads did not survive the fork
         self._impl.forget_after_fork()
 
 

@@ -198,7 +198,7 @@ def all_storable(raws: list[bytes]) -> bool:
         all(map(bytes.startswith, raws, repeat(b'{"')))
         and all(map(bytes.endswith, raws, repeat(b"}")))
         and not any(map(bytes.startswith, raws, repeat(MARK)))
-        and not any(map(bytes.__contains__, raws, repeat(b"\n")))
+        and b"\n" not in b"".join(raws)  # one memchr beats a call per event
     )
 
 

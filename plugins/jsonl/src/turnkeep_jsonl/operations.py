@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from itertools import count
+from operator import attrgetter, eq
 from pathlib import Path
 
 import attrs
@@ -46,6 +48,9 @@ from .unheld import Unheld
 from .writer import append, finish_creation, materialise, release, settle
 
 __all__ = ["Operations"]
+
+_raw = attrgetter("raw")
+_seq = attrgetter("seq")
 
 
 @attrs.define(eq=False)
@@ -203,9 +208,9 @@ class Operations:
     ) -> None:
         # The common case in a few C-level passes; the loop below only runs
         # to name what is wrong.
-        raws = [r.raw for r in records]
+        raws = list(map(_raw, records))
         if (
-            [r.seq for r in records] == list(range(expected, expected + len(raws)))
+            all(map(eq, map(_seq, records), count(expected)))
             and max(map(len, raws)) <= self.max_event_bytes
             and all_storable(raws)
         ):
