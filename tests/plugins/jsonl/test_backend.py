@@ -12,6 +12,7 @@ import asyncio
 import errno
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -426,3 +427,37 @@ async def test_concurrent_appends_to_one_session_never_interleave(
     assert sum(o is None for o in outcomes) == 1
     assert all(isinstance(o, SequenceError) for o in outcomes if o is not None)
     assert (await backend.load("s")).events == raws([first])
+
+
+async def test_a_cancelled_flush_finishes_and_the_next_one_waits_for_it(
+    store: Path, open_backend: Open
+) -> None:
+    gate = threading.Event()
+    entered = threading.Event()
+
+    class SlowFsync(NoSyncFileOps):
+        hold = False
+
+        def fsync(self, fd: int) -> None:
+            if self.hold:
+                entered.set()
+                gate.wait(timeout=10)
+
+    ops = SlowFsync()
+    backend = open_backend(ops)
+    await backend.create(meta("s"))
+    await backend.append("s", batch(0))
+    ops.hold = True
+    second = batch(len(batch(0)), 1)
+    task = asyncio.create_task(backend.append("s", second))
+    await asyncio.to_thread(entered.wait, 10)  # the flush is inside fsync now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    ops.hold = False
+    retry = asyncio.create_task(backend.append("s", second))
+    gate.set()  # the cancelled flush completes; the retry ran after it
+    with pytest.raises(SequenceError) as info:
+        await retry
+    assert info.value.expected == len(batch(0)) + len(second)
+    assert (await backend.load("s")).events == raws([batch(0), second])
