@@ -323,9 +323,9 @@ class Operations:
         for handle in self._held.values():
             for fd in (handle.fd, handle.lock_fd):
                 if fd >= 0:
-                    os.close(fd)
+                    self.ops.close(fd)
         for item in self._pending.values():
-            os.close(item.lock_fd)
+            self.ops.close(item.lock_fd)
         self._held.clear()
         self._pending.clear()
         self._mu = threading.Lock()
