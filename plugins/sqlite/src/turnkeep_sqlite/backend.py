@@ -23,7 +23,6 @@ from typing import TypeVar
 import attrs
 import msgspec
 
-from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     PersistenceError,
@@ -67,11 +66,9 @@ class SqlitePersistence:
 
     Args:
         config: the options (`SqliteConfig`).
-        clock: where `updated_at` comes from.
     """
 
     config: SqliteConfig = attrs.Factory(SqliteConfig)
-    clock: Clock = now_ms
     _token: str = attrs.field(init=False, factory=lambda: secrets.token_hex(16))
     _pid: int = attrs.field(init=False, factory=os.getpid)
     _state: writes.WriterState = attrs.field(init=False)
@@ -90,7 +87,6 @@ class SqlitePersistence:
         self._state = writes.WriterState(
             token=self._token,
             identity=msgspec.json.encode(current_identity()),
-            clock=self.clock,
             max_event_bytes=self.config.max_event_bytes,
         )
         self._database = _Database(self.config, self._pid)

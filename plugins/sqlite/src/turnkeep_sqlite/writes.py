@@ -22,7 +22,6 @@ from typing import Final, NamedTuple, TypeVar
 import attrs
 import msgspec
 
-from turnkeep.clock import Clock
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     EventTooLargeError,
@@ -61,7 +60,6 @@ class WriterState:
     Attributes:
         token: this instance's owner token.
         identity: this process's identity, encoded, as recorded in rows.
-        clock: epoch-milliseconds clock for `updated_at`.
         max_event_bytes: the largest event `append` accepts.
         held: the generation held per session id.
         pending: created sessions not yet flushed (their metadata).
@@ -69,7 +67,6 @@ class WriterState:
 
     token: str
     identity: bytes
-    clock: Clock
     max_event_bytes: int
     held: dict[str, int] = attrs.field(factory=dict[str, int])
     pending: dict[str, SessionMeta] = attrs.field(factory=dict[str, SessionMeta])
@@ -184,7 +181,6 @@ def append(
             session_id=session_id,
             offset=next_seq - 1,
         )
-    now = state.clock()
     if pending is not None:
         summary = pending.summary
         conn.execute(
@@ -207,7 +203,7 @@ def append(
     conn.execute(
         "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?) "
         "WHERE key = ?",
-        (next_seq + len(records), now, key),
+        (next_seq + len(records), records[-1].time, key),
     )
 
 
@@ -247,20 +243,25 @@ def release_all(tx: Tx, state: WriterState) -> None:
 def update(
     tx: Tx, state: WriterState, session_id: str, summary: SessionSummary
 ) -> None:
-    """Replace the summary (a pending session keeps it until its first flush)."""
-    now = state.clock()
+    """Replace the summary (a pending session keeps it until its first flush).
+
+    `updated_at` only moves forward, to the given value (no clock is read:
+    ordering follows the sessions' own clock).
+    """
     pending = state.pending.get(session_id)
     if pending is not None:
         staged = msgspec.structs.replace(
-            summary, event_count=0, updated_at=max(summary.updated_at, now)
+            summary,
+            event_count=0,
+            updated_at=max(summary.updated_at, pending.summary.updated_at),
         )
         state.stage(tx, session_id, msgspec.structs.replace(pending, summary=staged))
         return
     cursor = tx.conn.execute(
-        "UPDATE sessions SET updated_at = ?, title = ?, first_prompt = ?, status = ? "
-        "WHERE id = ? AND next_seq > 0",
+        "UPDATE sessions SET updated_at = max(updated_at, ?), title = ?, "
+        "first_prompt = ?, status = ? WHERE id = ? AND next_seq > 0",
         (
-            max(summary.updated_at, now),
+            summary.updated_at,
             summary.title,
             summary.first_prompt,
             summary.status,
