@@ -247,3 +247,25 @@ async def test_remove_and_reload_of_unknown_plugins_are_typed(host: Host) -> Non
         await host.remove("nobody")
     with pytest.raises(PluginNotFoundError):
         await host.reload(object())
+
+
+@attrs.frozen
+class Limited:
+    max_event_bytes: int = 1
+
+
+@pytest.mark.asyncio
+async def test_the_host_limit_reaches_backends_that_declare_one() -> None:
+    seen: list[Limited] = []
+
+    def factory(options: Limited) -> MemoryPersistence:
+        seen.append(options)
+        return MemoryPersistence()
+
+    config = make_config(persistence="lim", max_event_bytes=12345)
+    async with Host(config, plugins=[Registers("lim", factory, Limited)]):
+        pass
+    own = make_config(persistence="lim", backends={"lim": {"max_event_bytes": 7}})
+    async with Host(own, plugins=[Registers("lim", factory, Limited)]):
+        pass
+    assert [s.max_event_bytes for s in seen] == [12345, 7]

@@ -230,8 +230,9 @@ def register_persistence(register: Callable[..., None]) -> None:
         per backend: `factory(config)` returns a `SessionPersistence`;
         `config_type`, an attrs class, is what the host structures the
         backend's configuration table (`[backends.<name>]`) into, with
-        unknown keys refused. Registering a name twice raises
-        `PersistenceConflictError`.
+        unknown keys refused; a `max_event_bytes` field it declares receives
+        the host's `max_event_bytes` unless the table sets it. Registering a
+        name twice raises `PersistenceConflictError`.
 
     Args:
         register: the registration callback.

@@ -561,6 +561,12 @@ class Host:
                 )
             backend_config: object = None
         else:
+            names = {f.name for f in attrs.fields(entry.config_type)}
+            if "max_event_bytes" in names and "max_event_bytes" not in options:
+                # One limit for the whole host unless the backend's own table
+                # says otherwise: a backend that bounded its reads below the
+                # host's limit would read valid events back as damage.
+                options = {**options, "max_event_bytes": self.config.max_event_bytes}
             backend_config = structure_config(
                 options,
                 entry.config_type,
