@@ -1,7 +1,6 @@
 """Fixtures of the turnkeep-jsonl tests (helpers: `helpers.py`).
 
-Soak sizes run only when `TURNKEEP_SOAK=1` is set (or pytest got a `--soak`
-option from a root conftest); otherwise `@pytest.mark.soak` tests here skip.
+Soak sizes run with `make soak` (see the root conftest).
 Randomised tests print their seed; `TURNKEEP_SEED=<n>` replays one.
 
 The shared test utilities live in `tests/support`; this file puts `tests/`
@@ -31,27 +30,6 @@ from plugins.jsonl.helpers import seeded  # noqa: E402
 from plugins.jsonl.zygote_client import Zygote  # noqa: E402
 from turnkeep.errors import TurnkeepError  # noqa: E402
 from turnkeep_jsonl import FileOps, JsonlPersistence, OsFileOps  # noqa: E402
-
-
-def soak_enabled(config: pytest.Config) -> bool:
-    """Whether soak-sized runs were asked for."""
-    try:
-        flag = bool(config.getoption("--soak"))
-    except ValueError:
-        flag = False  # no root conftest defines --soak
-    return flag or os.environ.get("TURNKEEP_SOAK") == "1"
-
-
-def pytest_collection_modifyitems(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    if soak_enabled(config):
-        return
-    skip = pytest.mark.skip(reason="soak size: set TURNKEEP_SOAK=1 (make soak)")
-    here = Path(__file__).parent
-    for item in items:
-        if "soak" in item.keywords and here in Path(str(item.fspath)).parents:
-            item.add_marker(skip)
 
 
 @pytest.fixture
