@@ -24,6 +24,7 @@ import attrs
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
 from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
 from turnkeep.ids import validate_session_id
+from turnkeep.maintenance import TailReport
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
 
@@ -31,6 +32,7 @@ from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
 from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
+from .maintenance import inspect_tail, repair
 from .operations import Operations
 from .store import storage_error
 from .workers import Workers
@@ -177,6 +179,30 @@ class JsonlPersistence:
         workers.stop()  # every job has finished: the threads just exit
         if errors:
             raise errors[0]
+
+    # -- maintenance (turnkeep.maintenance.SessionMaintenance) ----------------
+
+    async def inspect_tail(self, session_id: str) -> TailReport | None:
+        """Report the unacknowledged tail the next append would cut. Read-only.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionCorruptError, UnsupportedFormatError: as `load` would.
+        """
+        session_id = validate_session_id(session_id)
+        return await self._run(inspect_tail, self._impl, session_id)
+
+    async def repair(self, session_id: str) -> TailReport | None:
+        """Quarantine and cut the tail now, under the writer role.
+
+        Never touches acknowledged data; see `turnkeep_jsonl.maintenance`.
+
+        Raises:
+            SessionLockedError: another owner (or this instance) holds it.
+            SessionCorruptError: acknowledged data is damaged (nothing cut).
+        """
+        session_id = validate_session_id(session_id)
+        return await self._locked(session_id, repair, self._impl, session_id)
 
     # -- threads ---------------------------------------------------------------
 
