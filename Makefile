@@ -22,8 +22,8 @@ lint: ## ruff check and format check
 typecheck: ## pyright (strict) over every member, tests and benchmarks
 	$(SYNC) && $(UV) run --no-sync pyright
 
-bench: ## Benchmarks: ratios against raw baselines measured in the same run
-	$(SYNC) && $(UV) run --no-sync python -m benchmarks
+bench: ## Benchmarks: ratios against raw baselines (and peers) measured in the same run
+	$(SYNC) --group bench && $(UV) run --no-sync python -m benchmarks
 
 soak: ## Long randomised reliability runs (prints their seeds)
 	$(SYNC) && $(UV) run --no-sync pytest -m soak -p no:cacheprovider --soak
