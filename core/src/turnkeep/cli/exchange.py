@@ -1,0 +1,268 @@
+"""Moving one session in and out as a file: `export` and `import`.
+
+The export format (`docs/cli.md`, "Export format") is JSON lines: a header
+line carrying the format marker, the session's metadata, the event count
+and a SHA-256 of the event lines, then each stored event's JSON exactly as
+the backend returned it. `import` reads such exports and conversations of
+other programs (`turnkeep.cli.importers`) into a new session: user content
+is marked untrusted, tool calls are replayed as records, never executed, and
+everything goes through `Session.append`, so redaction hooks see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO, Final, Literal
+
+import attrs
+import click
+import msgspec
+
+from turnkeep.cli.importers import Plan, Step, parse_items, plan_messages
+from turnkeep.cli.output import clean, emit_json
+from turnkeep.cli.runtime import about, common_options, execute, fail, open_store
+from turnkeep.clock import now_ms
+from turnkeep.codec import EventCodec
+from turnkeep.errors import EventDecodeError, SessionCorruptError
+from turnkeep.events import UserMessage, UserMessageData
+from turnkeep.ids import new_session_id, validate_session_id
+from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ExportHeader", "register"]
+
+EXPORT_FORMAT: Final = "turnkeep-export"
+EXPORT_VERSION: Final = 1
+
+
+class ExportHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """The first line of an export.
+
+    Attributes:
+        format: always `turnkeep-export`.
+        version: the export format's version (1).
+        meta: the session's header and summary.
+        events: how many event lines follow.
+        sha256: hex SHA-256 of the event lines (each with its newline).
+        exported_at: epoch milliseconds.
+    """
+
+    format: Literal["turnkeep-export"]
+    version: int
+    meta: SessionMeta
+    events: int
+    sha256: str
+    exported_at: int
+
+
+_header_decoder: Final = msgspec.json.Decoder(ExportHeader)
+
+
+class _Probe(msgspec.Struct):
+    format: str | None = None
+    version: int = 0
+
+
+@click.command(
+    "export",
+    epilog="\b\nExamples:\n"
+    "  turnkeep export 01jx... > session.jsonl\n"
+    "  turnkeep export 01jx... -o session.jsonl",
+)
+@click.argument("session_id", metavar="ID")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write to this file (default: stdout).",
+)
+@common_options
+def export(session_id: str, output: Path | None) -> None:
+    """Write a session as a portable JSON-lines file (see docs/cli.md)."""
+
+    async def body() -> int:
+        async with open_store() as store, about(session_id):
+            loaded = await store.backend.load(validate_session_id(session_id))
+        lines = [raw + b"\n" for raw in loaded.events]
+        digest = hashlib.sha256(b"".join(lines)).hexdigest()
+        header = ExportHeader(
+            format=EXPORT_FORMAT,
+            version=EXPORT_VERSION,
+            meta=loaded.meta,
+            events=len(lines),
+            sha256=digest,
+            exported_at=now_ms(),
+        )
+        data = msgspec.json.encode(header) + b"\n" + b"".join(lines)
+        if output is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            await asyncio.to_thread(output.write_bytes, data)
+            click.echo(f"exported {len(lines)} events to {output}", err=True)
+        return 0
+
+    execute(body)
+
+
+@attrs.define
+class _ReplayClock:
+    """Gives `Session.append` the imported event's own time, when it has one."""
+
+    upcoming: int | None = None
+
+    def __call__(self) -> int:
+        value, self.upcoming = self.upcoming, None
+        return value if value is not None else now_ms()
+
+
+class _Imported(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    format: str
+    events: int
+    skipped: dict[str, int]
+
+
+@click.command(
+    "import",
+    epilog="\b\nExamples:\n"
+    "  turnkeep import session.jsonl                # a turnkeep export\n"
+    "  turnkeep import messages.json --id from-chat # OpenAI chat messages\n"
+    "  turnkeep import items.json --title 'Agents SDK run'\n"
+    "  cat messages.json | turnkeep import -",
+)
+@click.argument("source", metavar="FILE", type=click.File("rb"))
+@click.option(
+    "--id", "new_id", metavar="ID", help="The new session's id (default: new)."
+)
+@click.option("--title", help="The new session's title.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print what was imported as JSON."
+)
+@common_options
+def import_(
+    source: BinaryIO, new_id: str | None, title: str | None, as_json: bool
+) -> None:
+    """Create a new session from an export or a list of chat messages.
+
+    Accepts turnkeep exports, the OpenAI chat `messages` shape and the
+    OpenAI Agents SDK's session items. Imported user content is marked
+    untrusted (context, not the user's instruction); imported tool calls
+    are recorded with their results, never run.
+    """
+    data: bytes = source.read()
+
+    async def body() -> int:
+        target = validate_session_id(new_id or new_session_id())
+        clock = _ReplayClock()
+        async with open_store(clock=clock) as store, about(target):
+            if await store.backend.has(target):
+                fail(f"session {target!r} already exists; choose another --id")
+            plan, meta_in = _plan(data, store.host.codec)
+            host = store.host
+            created = now_ms()
+            prompt = meta_in.summary.first_prompt if meta_in else plan.first_prompt
+            first_line = (
+                prompt.strip().splitlines()[0] if prompt and prompt.strip() else ""
+            )
+            chosen = (
+                title or (meta_in.summary.title if meta_in else None) or first_line[:80]
+            )
+            summary = SessionSummary(
+                updated_at=created,
+                title=host.redact_text(chosen) if chosen else None,
+                first_prompt=host.redact_text(prompt[:500]) if prompt else None,
+                status="idle",
+            )
+            header = SessionHeader(
+                id=target,
+                created_at=created,
+                cwd=meta_in.header.cwd if meta_in else None,
+            )
+            session = host.sessions.create(
+                target, meta=SessionMeta(header=header, summary=summary)
+            )
+            for (kind, payload), time in zip(plan.steps, _times(plan), strict=True):
+                clock.upcoming = time
+                session.append(kind, payload)
+            await host.sessions.close(target)
+        result = _Imported(
+            session_id=target,
+            format=plan.format,
+            events=len(plan.steps),
+            skipped=dict(plan.skipped),
+        )
+        if as_json:
+            emit_json(result)
+            return 0
+        click.echo(target)
+        skipped = ", ".join(f"{n} {what}" for what, n in sorted(plan.skipped.items()))
+        click.echo(
+            f"imported {len(plan.steps)} events ({plan.format}) into {clean(target)}; "
+            "user content marked untrusted, tool calls recorded, never run"
+            + (f"; skipped {skipped}" if skipped else ""),
+            err=True,
+        )
+        return 0
+
+    execute(body)
+
+
+@attrs.define
+class _ExportPlan(Plan):
+    times: list[int] = attrs.field(factory=list[int])
+
+
+def _times(plan: Plan) -> Sequence[int | None]:
+    if isinstance(plan, _ExportPlan):
+        return plan.times
+    return [None] * len(plan.steps)
+
+
+def _plan(data: bytes, codec: EventCodec) -> tuple[Plan, SessionMeta | None]:
+    first, _, rest = data.partition(b"\n")
+    try:
+        probe = msgspec.json.decode(first, type=_Probe)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        probe = None
+    if probe is None or probe.format != EXPORT_FORMAT:
+        return plan_messages(parse_items(data)), None
+    if probe.version > EXPORT_VERSION:
+        fail(
+            f"this export has format version {probe.version}; this turnkeep reads "
+            f"up to {EXPORT_VERSION}: upgrade turnkeep to import it"
+        )
+    header = _header_decoder.decode(first)
+    lines = [line for line in rest.split(b"\n") if line]
+    body = b"".join(line + b"\n" for line in lines)
+    if len(lines) != header.events or hashlib.sha256(body).hexdigest() != header.sha256:
+        fail(
+            f"the export of {header.meta.id!r} is damaged or incomplete (expected "
+            f"{header.events} events with its checksum, found {len(lines)}); "
+            "export it again"
+        )
+    try:
+        events = codec.decode_log(lines, session_id=header.meta.id)
+    except (EventDecodeError, SessionCorruptError) as exc:
+        fail(
+            f"the export of {header.meta.id!r} holds an event this turnkeep "
+            f"cannot read: {exc}"
+        )
+    plan = _ExportPlan(format=EXPORT_FORMAT)
+    for event in events:
+        step: Step = (type(event), event.data)
+        if isinstance(event, UserMessage):
+            # Imported words are context from outside, whoever wrote them.
+            step = (UserMessage, UserMessageData(text=event.data.text, untrusted=True))
+        plan.steps.append(step)
+        plan.times.append(event.time)
+    return plan, header.meta
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to the `turnkeep` group."""
+    group.add_command(export)
+    group.add_command(import_, name="import")

@@ -1,0 +1,233 @@
+"""Reading one session: `show` (the transcript) and `tail` (events as they land).
+
+Both only read. `tail --follow` polls `load` and prints only seqs it has not
+printed, so it keeps going while the writer crashes, restarts, or hands the
+session to another process: whatever becomes durable shows up once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+import msgspec
+from rich.console import Console
+from rich.text import Text
+
+from turnkeep.cli.output import (
+    clean,
+    console,
+    emit_json,
+    emit_raw_line,
+    format_time,
+)
+from turnkeep.cli.runtime import about, common_options, execute, open_store
+from turnkeep.cli.sessions import SessionRow, row
+from turnkeep.cli.transcript import event_line, render_transcript
+from turnkeep.codec import EventCodec
+from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
+from turnkeep.ids import validate_session_id
+from turnkeep.messages import Message, derive_messages
+from turnkeep.persistence import LoadedSession, SessionPersistence
+from turnkeep.recovery import open_turn
+
+__all__ = ["register"]
+
+
+class _Shown(msgspec.Struct, frozen=True, kw_only=True):
+    session: SessionRow
+    messages: list[Message]
+    open_turn: int | None
+    interrupted_calls: list[str]
+
+
+@click.command(
+    "show",
+    epilog="\b\nExamples:\n"
+    "  turnkeep show 01jx...\n"
+    "  turnkeep show 01jx... --events | jq .type\n"
+    "  turnkeep show 01jx... --messages > history.json",
+)
+@click.argument("session_id", metavar="ID")
+@click.option(
+    "--events", "raw", is_flag=True, help="Print the stored events, one JSON line each."
+)
+@click.option(
+    "--messages",
+    is_flag=True,
+    help="Print the model history (derive_messages) as JSON.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print metadata and history as JSON."
+)
+@click.option("--full", is_flag=True, help="Do not shorten long texts.")
+@common_options
+def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) -> None:
+    """Show a session's transcript: messages, tool calls and their results.
+
+    Tool calls whose result was never recorded are marked INTERRUPTED: the
+    session stopped while they ran, and their outcome is unknown.
+    """
+    if raw + messages + as_json > 1:
+        raise click.UsageError("choose one of --events, --messages and --json")
+
+    async def body() -> int:
+        async with open_store() as store, about(session_id):
+            loaded = await store.backend.load(validate_session_id(session_id))
+            codec = store.host.codec
+            if raw:
+                for event in loaded.events:
+                    emit_raw_line(event)
+                return 0
+            events = codec.decode_log(loaded.events, session_id=session_id)
+        if messages:
+            emit_json(derive_messages(events))
+            return 0
+        cut = open_turn(events)
+        if as_json:
+            emit_json(
+                _Shown(
+                    session=row(loaded.meta),
+                    messages=derive_messages(events),
+                    open_turn=cut.turn if cut is not None else None,
+                    interrupted_calls=[c.data.call_id for c in cut.unanswered]
+                    if cut is not None
+                    else [],
+                )
+            )
+            return 0
+        out = console()
+        _header(out, loaded)
+        render_transcript(events, out, session_id=session_id, full=full)
+        return 0
+
+    execute(body)
+
+
+def _header(out: Console, loaded: LoadedSession) -> None:
+    meta = loaded.meta
+    summary, header = meta.summary, meta.header
+    lines = [
+        f"session  {clean(header.id)}",
+        f"title    {clean(summary.title) if summary.title else '(none)'}",
+        f"status   {summary.status}, {len(loaded.events)} events",
+        f"created  {format_time(header.created_at)}   updated "
+        f"{format_time(summary.updated_at)}",
+    ]
+    if header.parent is not None:
+        lines.append(
+            f"forked   from {clean(header.parent.session_id)} "
+            f"at seq {header.parent.seq}"
+        )
+    for line in lines:
+        out.print(Text(line, "bold"))
+
+
+@click.command(
+    "tail",
+    epilog="\b\nExamples:\n"
+    "  turnkeep tail 01jx...\n"
+    "  turnkeep tail -f 01jx...            # follow until Ctrl-C\n"
+    "  turnkeep tail -f --json -n 0 01jx... | jq -c .",
+)
+@click.argument("session_id", metavar="ID")
+@click.option(
+    "-n",
+    "--lines",
+    "count",
+    type=click.IntRange(0),
+    default=10,
+    show_default=True,
+    help="Print the last N events first.",
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing events as they land.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.01),
+    default=0.5,
+    show_default=True,
+    help="Seconds between polls in follow mode.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the stored event JSON lines."
+)
+@common_options
+def tail(
+    session_id: str, count: int, follow: bool, interval: float, as_json: bool
+) -> None:
+    """Print a session's last committed events; with -f, follow new ones.
+
+    Only durable (committed) events are printed, each once; follow mode
+    survives the writer crashing, restarting or moving to another process.
+    """
+
+    async def body() -> int:
+        validate_session_id(session_id)
+        async with open_store() as store, about(session_id):
+            loaded = await store.backend.load(session_id)
+            start = max(len(loaded.events) - count, 0)
+            printed = _print(loaded.events, start, store.host.codec, as_json)
+            if follow:
+                await _follow(
+                    store.backend,
+                    session_id,
+                    printed,
+                    store.host.codec,
+                    as_json,
+                    interval,
+                )
+        return 0
+
+    execute(body, interrupted=0)
+
+
+def _print(raws: list[bytes], start: int, codec: EventCodec, as_json: bool) -> int:
+    for raw in raws[start:]:
+        if as_json:
+            emit_raw_line(raw)
+            continue
+        try:
+            line = event_line(codec.decode(raw))
+        except UnknownEventTypeError as exc:
+            line = f"{'?':>6}  {clean(str(exc))}"
+        click.echo(line)
+    sys.stdout.flush()
+    return max(len(raws), start)
+
+
+async def _follow(
+    backend: SessionPersistence,
+    session_id: str,
+    printed: int,
+    codec: EventCodec,
+    as_json: bool,
+    interval: float,
+) -> None:
+    notice: str | None = None
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            loaded = await backend.load(session_id)
+        except (SessionNotFoundError, StorageError) as exc:
+            # The writer may be restarting (or the store briefly unreadable):
+            # say so once and keep polling.
+            if notice != type(exc).__name__:
+                notice = type(exc).__name__
+                click.echo(f"turnkeep: waiting: {clean(str(exc))}", err=True)
+            continue
+        notice = None
+        if len(loaded.events) < printed:
+            click.echo(
+                f"turnkeep: {clean(session_id)} now has {len(loaded.events)} events, "
+                f"fewer than the {printed} printed: it was deleted and stored again",
+                err=True,
+            )
+            printed = 0
+        printed = _print(loaded.events, printed, codec, as_json)
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to the `turnkeep` group."""
+    group.add_command(show)
+    group.add_command(tail)

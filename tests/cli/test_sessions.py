@@ -1,0 +1,172 @@
+"""`turnkeep ls`, `title`, `rm`, `fork` against JSONL and SQLite stores."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from tests.cli.support import Store, cli, converse, one_line_error
+
+from turnkeep.codec import EventCodec
+
+
+def sessions(result_stdout: str) -> list[dict[str, Any]]:
+    page: dict[str, Any] = msgspec.json.decode(result_stdout)
+    return page["sessions"]
+
+
+def test_ls_of_an_empty_store(store: Store) -> None:
+    result = cli("ls", store=store)
+    assert result.exit_code == 0
+    assert "no sessions stored" in result.stdout
+    result = cli("ls", "--json", store=store)
+    assert msgspec.json.decode(result.stdout) == {"sessions": [], "next_cursor": None}
+
+
+def test_ls_pages_newest_first_with_summaries(store: Store) -> None:
+    for sid in ("first", "second", "third"):
+        asyncio.run(converse(store, sid, prompts=(f"hello from {sid}",)))
+    listed = sessions(cli("ls", "--json", store=store).stdout)
+    assert [s["id"] for s in listed] == ["third", "second", "first"]
+    assert {s["title"] for s in listed} == {
+        f"hello from {i}" for i in ("first", "second", "third")
+    }
+    assert all(s["events"] > 0 and s["status"] == "idle" for s in listed)
+
+    page = cli("ls", "--limit", "2", store=store)
+    assert page.exit_code == 0
+    assert "third" in page.stdout
+    assert "second" in page.stdout
+    assert "first" not in page.stdout
+    (hint,) = page.stderr.splitlines()
+    cursor = hint.split("--cursor ", 1)[1]
+    rest = cli("ls", "--limit", "2", "--cursor", cursor, "--json", store=store)
+    assert [s["id"] for s in sessions(rest.stdout)] == ["first"]
+    everything = cli("ls", "--limit", "1", "--all", "--json", store=store)
+    assert [s["id"] for s in sessions(everything.stdout)] == [
+        "third",
+        "second",
+        "first",
+    ]
+
+
+def test_ls_refuses_a_cursor_it_did_not_make(store: Store) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    result = cli("ls", "--cursor", "not-a-cursor", store=store)
+    assert result.exit_code == 1
+    assert "cursor" in one_line_error(result)
+
+
+def test_ls_shows_stored_text_without_terminal_escapes(store: Store) -> None:
+    asyncio.run(converse(store, "s\x1b[2Jx", prompts=("\x1b]0;owned\x07 hi",)))
+    result = cli("ls", store=store)
+    assert result.exit_code == 0
+    assert "\x1b" not in result.stdout
+    assert "\x07" not in result.stdout
+    assert "s\\x1b[2Jx" in result.stdout
+
+
+def test_title_changes_the_summary_only(store: Store) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    before = asyncio.run(store.load("s"))
+    result = cli("title", "s", "Trip planning", store=store)
+    assert result.exit_code == 0, result.stderr
+    after = asyncio.run(store.load("s"))
+    assert after.events == before.events
+    assert after.meta.summary.title == "Trip planning"
+    assert cli("title", "s", "", store=store).exit_code == 0
+    assert asyncio.run(store.load("s")).meta.summary.title is None
+
+
+def test_title_of_an_unknown_session(store: Store) -> None:
+    result = cli("title", "ghost", "x", store=store)
+    assert result.exit_code == 1
+    assert "'ghost'" in one_line_error(result)
+
+
+def test_rm_asks_and_deletes_only_when_told(store: Store) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    declined = cli("rm", "s", input="n\n", store=store)
+    assert declined.exit_code == 1
+    assert "nothing was deleted" in declined.stderr
+    assert asyncio.run(store.ids()) == ["s"]
+    no_terminal = cli("rm", "s", store=store)  # nobody to answer: not deleted
+    assert no_terminal.exit_code == 1
+    assert asyncio.run(store.ids()) == ["s"]
+    accepted = cli("rm", "s", input="y\n", store=store)
+    assert accepted.exit_code == 0, accepted.stderr
+    assert asyncio.run(store.ids()) == []
+
+
+def test_rm_yes_deletes_several(store: Store) -> None:
+    for sid in ("a", "b", "c"):
+        asyncio.run(converse(store, sid, prompts=("hi",)))
+    result = cli("rm", "--yes", "a", "c", store=store)
+    assert result.exit_code == 0, result.stderr
+    assert asyncio.run(store.ids()) == ["b"]
+
+
+def test_rm_of_an_unknown_session(store: Store) -> None:
+    result = cli("rm", "--yes", "ghost", store=store)
+    assert result.exit_code == 1
+    assert "'ghost'" in one_line_error(result)
+
+
+def test_rm_refuses_a_session_another_process_writes(
+    store: Store, hold: Callable[[Store, str], None]
+) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    hold(store, "s")
+    result = cli("rm", "--yes", "s", store=store)
+    assert result.exit_code == 1
+    line = one_line_error(result)
+    assert "'s'" in line
+    assert "another process" in line
+    assert asyncio.run(store.ids()) == ["s"]
+
+
+def test_fork_copies_the_log_with_a_parent_header(store: Store) -> None:
+    asyncio.run(converse(store, "src"))
+    source = asyncio.run(store.load("src"))
+    result = cli("fork", "src", "--id", "copy", store=store)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "copy"
+    fork = asyncio.run(store.load("copy"))
+    assert fork.events == source.events
+    parent = fork.meta.header.parent
+    assert parent is not None
+    assert (parent.session_id, parent.seq) == ("src", len(source.events))
+    assert fork.meta.summary.title == source.meta.summary.title
+
+
+def test_fork_at_a_seq_keeps_that_prefix(store: Store) -> None:
+    asyncio.run(converse(store, "src"))
+    source = asyncio.run(store.load("src"))
+    result = cli("fork", "src", "--at", "5", "--title", "retry", store=store)
+    assert result.exit_code == 0, result.stderr
+    new_id = result.stdout.strip()
+    fork = asyncio.run(store.load(new_id))
+    assert fork.events == source.events[:5]
+    assert fork.meta.summary.title == "retry"
+    # Cut inside a turn: the fork is marked for recovery.
+    assert fork.meta.summary.status == "interrupted"
+    EventCodec().decode_log(fork.events, session_id=new_id)
+
+
+def test_fork_refusals(store: Store) -> None:
+    asyncio.run(converse(store, "src", prompts=("hi",)))
+    count = len(asyncio.run(store.load("src")).events)
+    too_far = cli("fork", "src", "--at", str(count + 1), store=store)
+    assert too_far.exit_code == 1
+    assert f"{count} events" in one_line_error(too_far)
+    asyncio.run(converse(store, "taken", prompts=("hi",)))
+    taken = cli("fork", "src", "--id", "taken", store=store)
+    assert taken.exit_code == 1
+    assert "'taken' already exists" in one_line_error(taken)
+    ghost = cli("fork", "ghost", store=store)
+    assert ghost.exit_code == 1
+    assert "'ghost'" in one_line_error(ghost)
+    zero = cli("fork", "src", "--at", "0", store=store)
+    assert zero.exit_code == 2  # usage: a fork needs at least one event
