@@ -98,11 +98,22 @@ def refuse_awaitables(results: list[object], hook: str) -> None:
 
 
 async def await_all(results: list[object], *, session_id: str, what: str) -> None:
+    """Await every awaitable result together; failures become one `FlushError`."""
     awaitables: list[Awaitable[object]] = [r for r in results if inspect.isawaitable(r)]
     if not awaitables:
         return
-    outcomes = await asyncio.gather(*awaitables, return_exceptions=True)
-    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    if len(awaitables) == 1:
+        # The usual case (one persistence plugin): await it in place, with no
+        # task to create and no trip through the event loop.
+        try:
+            await awaitables[0]
+        except Exception as exc:  # noqa: BLE001 - wrapped just below
+            failures: list[BaseException] = [exc]
+        else:
+            return
+    else:
+        outcomes = await asyncio.gather(*awaitables, return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
     if not failures:
         return
     for failure in failures:
