@@ -86,11 +86,11 @@ def pg_store(tmp_path: Path) -> Iterator[Store]:
 
 
 @pytest.fixture
-def hold() -> Iterator[Callable[[Store, str], None]]:
+def hold() -> Iterator[Callable[[Store, str], subprocess.Popen[bytes]]]:
     """Make another process the writer of a session until the test ends."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(store: Store, session_id: str) -> None:
+    def start(store: Store, session_id: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -105,6 +105,7 @@ def hold() -> Iterator[Callable[[Store, str], None]]:
         procs.append(proc)
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"held\n", "the holder did not start"
+        return proc
 
     yield start
     for proc in procs:

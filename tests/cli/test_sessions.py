@@ -115,7 +115,7 @@ def test_rm_of_an_unknown_session(store: Store) -> None:
 
 
 def test_rm_refuses_a_session_another_process_writes(
-    store: Store, hold: Callable[[Store, str], None]
+    store: Store, hold: Callable[[Store, str], object]
 ) -> None:
     asyncio.run(converse(store, "s", prompts=("hi",)))
     hold(store, "s")

@@ -196,9 +196,10 @@ def repair(session_id: str, yes: bool, as_json: bool) -> None:
                     f"nothing to repair: {clean(session_id)} ends on an "
                     "acknowledged flush",
                 )
-            click.echo(
-                f"{clean(session_id)}: {_tail_text(tail)} would be cut", err=True
-            )
+            if not yes:
+                click.echo(
+                    f"{clean(session_id)}: {_tail_text(tail)} would be cut", err=True
+                )
             await confirm(
                 "Quarantine and cut it? Acknowledged events are not touched.",
                 yes=yes,

@@ -319,7 +319,11 @@ def dev(app: str | None, debounce: int, command: tuple[str, ...]) -> None:
     reloader = _Reloader(debounce_ms=debounce)
     spec = options().store
     if app is not None:
-        factory = _load_factory(app)
+        try:
+            factory = _load_factory(app)
+        except CliError as exc:
+            click.echo(f"turnkeep: {exc}", err=True)
+            raise click.exceptions.Exit(exc.code) from None
 
         async def body() -> int:
             with _tracking(reloader):

@@ -204,7 +204,7 @@ async def _run(copier: _Copier, ids: Sequence[str], as_json: bool) -> list[Copie
                     progress.console.print(
                         Text(f"{result.action}: {clean(result.error)}", "red")
                     )
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, KeyboardInterrupt):
             progress.console.print(
                 "interrupted: run the same command again to resume the migration"
             )

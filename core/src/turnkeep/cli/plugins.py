@@ -185,7 +185,13 @@ def _report(
 
 def _location(host: Host, config: Config, active: str | None) -> str | None:
     entry = host.backends.get(active) if active is not None else None
-    if entry is None or entry.config_type is None:
+    if entry is None:
+        return None
+    # A backend that keeps files says where (its default included).
+    path = getattr(host.require_persistence(), "path", None)
+    if isinstance(path, str | os.PathLike):
+        return os.fspath(cast("str | os.PathLike[str]", path))
+    if entry.config_type is None:
         return None
     try:
         structured = structure_config(
@@ -200,8 +206,7 @@ def _location(host: Host, config: Config, active: str | None) -> str | None:
         schema = getattr(structured, "schema", None)
         where = redact_dsn(dsn) or "(libpq defaults)"
         return f"{where} schema {schema}" if isinstance(schema, str) else where
-    path = getattr(structured, "path", None)
-    return str(path) if path is not None else None
+    return None
 
 
 def _print(report: _Report) -> None:

@@ -1,0 +1,81 @@
+"""The installed `turnkeep` script: help with examples, exit codes, errors."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.cli.support import SCRIPT, cli
+
+from turnkeep.cli import cli as group
+
+COMMANDS = (
+    "ls",
+    "show",
+    "tail",
+    "title",
+    "rm",
+    "fork",
+    "verify",
+    "repair",
+    "recover",
+    "export",
+    "import",
+    "migrate",
+    "plugins",
+    "dev",
+    "conformance",
+)
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_the_script_is_installed_and_lists_every_command() -> None:
+    done = run("--help")
+    assert done.returncode == 0, done.stderr
+    for command in COMMANDS:
+        assert f"  {command} " in done.stdout or f"  {command}\n" in done.stdout, (
+            command
+        )
+    assert "Exit status: 0 ok, 1 problems found or bad input, 2 usage." in done.stdout
+    version = run("--version")
+    assert importlib.metadata.version("turnkeep") in version.stdout
+
+
+def test_the_group_holds_exactly_the_commands() -> None:
+    assert set(group.commands) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(command: str) -> None:
+    result = cli(command, "--help")
+    assert result.exit_code == 0
+    assert "Examples:" in result.stdout
+    assert f"turnkeep {command}" in result.stdout
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run("no-such-command").returncode == 2
+    assert run("show").returncode == 2  # missing ID
+    assert run("ls", "--limit", "0").returncode == 2
+
+
+def test_errors_are_one_line_and_tracebacks_need_debug(tmp_path: Path) -> None:
+    spec = f"jsonl:{tmp_path / 'store'}"
+    done = run("--store", spec, "show", "nope")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("turnkeep: ")
+    assert "'nope'" in done.stderr
+    assert "Traceback" not in done.stderr
+    debug = run("--store", spec, "--debug", "show", "nope")
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    after = run("show", "nope", "--store", spec, "--debug")  # options after it too
+    assert "Traceback (most recent call last)" in after.stderr
