@@ -157,7 +157,7 @@ def test_recover_settles_a_cut_turn_and_never_reruns(store: Store) -> None:
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert "turn 1 was cut off" in out
-    assert "c-deploy" in out
+    assert "deploy (call c-deploy)" in out
     assert "NOT run again" in out
     assert "runs no tools" in out  # the safe call was reported, not re-run
     events = _decoded(store, "s")

@@ -247,6 +247,7 @@ class _Recovered(msgspec.Struct, frozen=True, kw_only=True):
     turn: int | None
     interrupted: list[str]
     safe_not_rerun: list[str]
+    names: dict[str, str] = msgspec.field(default_factory=dict[str, str])
     error: str | None = None
 
 
@@ -332,6 +333,7 @@ async def _recover_one(
         turn=report.turn,
         interrupted=list(report.interrupted),
         safe_not_rerun=[c for c in report.interrupted if c in safe],
+        names=dict(report.names),
     )
 
 
@@ -345,9 +347,10 @@ def _print_recovered(done: _Recovered) -> None:
         return
     click.echo(f"{sid}: turn {done.turn} was cut off by a crash")
     for call_id in done.interrupted:
+        name = clean(done.names.get(call_id, "a tool"))
         click.echo(
-            f"  call {clean(call_id)}: its result was never saved; recorded as "
-            "interrupted, outcome unknown. It was NOT run again."
+            f"  {name} (call {clean(call_id)}): its result was never saved; "
+            "recorded as interrupted, outcome unknown. It was NOT run again."
         )
     if not done.interrupted:
         click.echo("  no tool call was left without a result")

@@ -44,12 +44,12 @@ def _json(value: object) -> str:
         return repr(value)
 
 
-def _limit(text: str, full: bool) -> str:
+def _limit(text: str, full: bool, indent: str = "") -> str:
     text = clean(text)
-    if full or len(text) <= _OUTPUT_LIMIT:
-        return text
-    rest = len(text) - _OUTPUT_LIMIT
-    return f"{text[:_OUTPUT_LIMIT]}… ({rest} more characters; --full shows all)"
+    if not full and len(text) > _OUTPUT_LIMIT:
+        rest = len(text) - _OUTPUT_LIMIT
+        text = f"{text[:_OUTPUT_LIMIT]}… ({rest} more characters; --full shows all)"
+    return "\n".join(indent + line for line in text.split("\n"))
 
 
 def render_transcript(
@@ -72,7 +72,7 @@ def render_transcript(
     def partial() -> None:
         if chunks:
             out.print(Text("assistant (reply cut off while streaming)", "bold yellow"))
-            out.print(Text(_limit("".join(chunks), full)))
+            out.print(Text(_limit("".join(chunks), full, "  ")))
             chunks.clear()
 
     for event in events:
@@ -82,7 +82,7 @@ def render_transcript(
         if isinstance(event, AssistantMessage):
             chunks.clear()
             out.print(Text("assistant", "bold green"))
-            out.print(Text(_limit(event.data.text, full)))
+            out.print(Text(_limit(event.data.text, full, "  ")))
             continue
         partial()
         if isinstance(event, TurnStart):
@@ -90,7 +90,7 @@ def render_transcript(
         elif isinstance(event, UserMessage):
             label = "user (imported, untrusted)" if event.data.untrusted else "user"
             out.print(Text(label, "bold cyan"))
-            out.print(Text(_limit(event.data.text, full)))
+            out.print(Text(_limit(event.data.text, full, "  ")))
         elif isinstance(event, ToolCall):
             _call(
                 out,
