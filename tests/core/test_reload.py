@@ -229,11 +229,35 @@ async def test_a_session_with_nothing_durable_survives_a_reload(
         session = host.sessions.create("fresh")
         session.set_summary(title="kept")
         await asyncio.sleep(0)  # let the backend registration task run
-        assert session.writes.created
+        assert session.writes.registered_with is not None
         await host.reload(name)
         session.append(UserMessage, UserMessageData(text="first"))
         await session.flush()
         assert len(load_texts(storage, "fresh")) == 1
         assert storage.sessions["fresh"].meta.summary.title == "kept"
+    finally:
+        await host.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_reloaded_module_with_an_invalid_hook_is_refused(
+    reloadable: tuple[str, Path, MemoryStorage],
+) -> None:
+    name, root, storage = reloadable
+    host = await start_host(name)
+    try:
+        session = host.sessions.create("s")
+        path = root / name / "__init__.py"
+        path.write_text(
+            path.read_text()
+            + "\n@hookimpl\ndef session_event(wrong_argument):\n    return None\n"
+        )
+        os.utime(path, (1_000_000_099, 1_000_000_099))
+        with pytest.raises(PluginReloadError, match="not valid"):
+            await host.reload(name)
+        assert sys.modules[name].VERSION == 1  # type: ignore[attr-defined]
+        session.append(UserMessage, UserMessageData(text="still stored"))
+        await session.flush()
+        assert len(load_texts(storage, "s")) == 1
     finally:
         await host.aclose()

@@ -23,10 +23,12 @@ __all__ = [
     "InvalidForkPointError",
     "InvalidSeedError",
     "InvalidSessionIdError",
+    "InvalidSummaryError",
     "ModelError",
     "PersistenceConflictError",
     "PersistenceError",
     "PersistenceNotConfiguredError",
+    "PluginDisposeError",
     "PluginNotFoundError",
     "PluginReloadError",
     "RedactionError",
@@ -98,6 +100,12 @@ class PluginReloadError(TurnkeepError):
     code = "plugin-reload"
 
 
+class PluginDisposeError(TurnkeepError):
+    """A plugin's `plugin_dispose` failed (the others were still disposed)."""
+
+    code = "plugin-dispose"
+
+
 class HookContractError(TurnkeepError, TypeError):
     """A hook implementation broke its calling convention.
 
@@ -144,6 +152,12 @@ class InvalidCursorError(TurnkeepError, ValueError):
     """A `list` cursor was not produced by this backend's `list`."""
 
     code = "invalid-cursor"
+
+
+class InvalidSummaryError(TurnkeepError, ValueError):
+    """Summary text that no backend could store (not valid Unicode)."""
+
+    code = "invalid-summary"
 
 
 class InvalidSeedError(TurnkeepError, ValueError):

@@ -76,10 +76,12 @@ def session_event(session: Session, event: SessionEvent) -> None:
         Synchronous. An implementation that returns an awaitable is a contract
         violation and the host raises `HookContractError`. If an
         implementation raises `EventRejectedError`, the event is removed from
-        the log again and the error reaches the caller of `append`; a plugin
-        that can reject events must therefore be `tryfirst` and buffer nothing
-        for a rejected event. Any other exception propagates with the event
-        kept in the log.
+        the log again (and from the write-behind's buffer, if it was already
+        snapshotted) and the error reaches the caller of `append`. A plugin
+        that can reject events should be `tryfirst` and buffer nothing for a
+        rejected event; an observer should not be `tryfirst`, or it may see an
+        event that a later implementation rejects. Any other exception
+        propagates with the event kept in the log.
 
     Args:
         session: the session.

@@ -43,8 +43,10 @@ from turnkeep.config import DEFAULT_BACKEND, Config, make_converter, structure_c
 from turnkeep.errors import (
     ConfigurationError,
     FlushError,
+    HookContractError,
     PersistenceConflictError,
     PersistenceNotConfiguredError,
+    PluginDisposeError,
     PluginNotFoundError,
     PluginReloadError,
     RedactionError,
@@ -163,15 +165,23 @@ class Host:
         if self._closed:
             return
         self._closed = True
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         for plugin in reversed(self._order[:]):
             try:
                 await self._dispose(plugin)
-            except TurnkeepError as exc:
+            except Exception as exc:  # noqa: BLE001 - every plugin still gets disposed
                 errors.append(exc)
             self._unregister(plugin)
+        self._active_name = None
+        for session in self.sessions.list():
+            session.closed = True  # nothing could store what it would take
         if errors:
-            raise errors[0]
+            first = errors[0]
+            if isinstance(first, TurnkeepError):
+                raise first
+            raise PluginDisposeError(
+                f"disposing a plugin failed while closing the host: {first!r}"
+            ) from first
 
     async def __aenter__(self) -> Host:
         return await self.start()
@@ -246,10 +256,10 @@ class Host:
     async def _reload(self, name: str) -> object:
         old = self._resolve(name)
         new = fresh_import(old)
-        provides_active = (
-            self._active_name is not None
-            and self._backends[self._active_name].plugin is old
+        active_entry = (
+            self._backends.get(self._active_name) if self._active_name else None
         )
+        provides_active = active_entry is not None and active_entry.plugin is old
         new_backends = self._collect_backends(new) if provides_active else {}
         new_writebehind: WriteBehind | None = None
         if provides_active:
@@ -270,32 +280,49 @@ class Host:
             new_writebehind = WriteBehind(
                 backend=backend, codec=self._codec, name=active
             )
+        try:
+            _check_registrable(new)
+        except PluginReloadError:
+            if new_writebehind is not None:
+                await new_writebehind.backend.aclose()
+            raise
 
+        # From the first dispose on, the swap always completes: the old
+        # plugins may be half torn down, so going back is not an option.
         gate = asyncio.Event()
         self._reloading = gate
-        drain_error: BaseException | None = None
+        errors: list[Exception] = []
+        old_writebehind = self._writebehind if provides_active else None
         try:
-            old_writebehind = self._writebehind if provides_active else None
             if old_writebehind is not None:
                 try:
                     await self._dispose(old_writebehind)
-                except FlushError as exc:
-                    drain_error = exc
-            await self._dispose(old)
-            # From here to the end, no await: every event goes either to the
-            # old plugins (before) or to the new ones (after).
+                except Exception as exc:  # noqa: BLE001 - reported after the swap
+                    errors.append(exc)
+            try:
+                await self._dispose(old)
+            except Exception as exc:  # noqa: BLE001 - reported after the swap
+                errors.append(exc)
+        finally:
+            # No await from here on: every event goes either to the old
+            # plugins (before) or to the new ones (after).
             if old_writebehind is not None:
                 self._unregister(old_writebehind)
             self._unregister(old)
-            self._register_plugin(new, name, backends=new_backends or None)
             if new_writebehind is not None:
                 self._writebehind = new_writebehind
                 self._register_plugin(new_writebehind, WRITE_BEHIND_NAME)
-        finally:
+            self._register_plugin(new, name, backends=new_backends or None)
             self._reloading = None
             gate.set()
-        if drain_error is not None:
-            raise drain_error
+        if errors:
+            first = errors[0]
+            if isinstance(first, FlushError):
+                raise first
+            raise PluginReloadError(
+                f"plugin {name!r} was reloaded, but disposing its previous "
+                f"instance failed: {first!r}"
+            ) from first
         return new
 
     # -- persistence ---------------------------------------------------------
@@ -403,9 +430,20 @@ class Host:
         return current
 
     async def flush_session(self, session: Session) -> None:
-        """Emit `session_flush` and await every implementation together."""
+        """Emit `session_flush` and await every implementation together.
+
+        Raises:
+            FlushError: an implementation failed, or the host is closed (a
+                flush can no longer make anything durable).
+        """
         while self._reloading is not None:
             await self._reloading.wait()
+        if self._closed:
+            raise FlushError(
+                f"session {session.id!r}: the host is closed; nothing can be "
+                "made durable any more",
+                session_id=session.id,
+            )
         results: list[object] = self.pm.hook.session_flush(session=session)
         await await_all(results, session_id=session.id, what="flush")
 
@@ -427,7 +465,12 @@ class Host:
             existing = self.pm.get_name(plugin)
             assert existing is not None  # noqa: S101 - registered plugins have names
             return existing
-        registered = self.pm.register(plugin, name)
+        try:
+            registered = self.pm.register(plugin, name)
+        except pluggy.PluginValidationError as exc:
+            raise HookContractError(
+                f"plugin {name or plugin!r} is not valid: {exc}"
+            ) from exc
         if registered is None:
             raise PluginNotFoundError(f"plugin {name!r} is blocked by configuration")
         self._order.append(plugin)
@@ -590,6 +633,18 @@ class Host:
         for result in results:
             if inspect.isawaitable(result):
                 await result
+
+
+def _check_registrable(plugin: object) -> None:
+    """Register `plugin` with a scratch manager to validate its hooks early."""
+    scratch = pluggy.PluginManager(PROJECT_NAME)
+    scratch.add_hookspecs(hookspecs)
+    try:
+        scratch.register(plugin)
+    except (pluggy.PluginValidationError, ValueError) as exc:
+        raise PluginReloadError(
+            f"the reloaded plugin is not valid: {exc}; the old plugin stays active"
+        ) from exc
 
 
 _VOCABULARY_TAGS: Final = frozenset(event_type_name(c) for c in VOCABULARY)

@@ -243,7 +243,7 @@ class AgentLoop:
         running.sinks.append(queue.put_nowait)
         task = running.task
         assert task is not None  # noqa: S101 - set by _start
-        task.add_done_callback(lambda _: queue.put_nowait(None))
+        task.add_done_callback(_end_stream(queue))
         return TurnStream(queue, task)
 
     async def recover(
@@ -306,13 +306,16 @@ class AgentLoop:
     # -- internals ---------------------------------------------------------
 
     def _start(self, session_id: str, job: _NewTurn | _Recover) -> Running:
-        if session_id in self._running:
+        session = self.host.sessions.get(session_id)
+        # The marker lives on the session, so two loops driving one live
+        # session are held to one turn at a time as well.
+        if session_id in self._running or session.turn_holder is not None:
             raise TurnInProgressError(
                 f"session {session_id!r} is already running a turn; wait for it "
                 "to end or cancel it (nothing was changed)"
             )
-        session = self.host.sessions.get(session_id)
         running = Running(session=session)
+        session.turn_holder = running
         if self.on_event is not None:
             running.sinks.append(self.on_event)
         self._running[session_id] = running
@@ -347,6 +350,8 @@ class AgentLoop:
         finally:
             if self._running.get(running.session.id) is running:
                 del self._running[running.session.id]
+            if running.session.turn_holder is running:
+                running.session.turn_holder = None
 
     async def _admit(self, running: Running) -> None:
         """The durability gate: the previous turn must be durable (R7)."""
@@ -390,6 +395,20 @@ class AgentLoop:
             running=running,
             flush=self._flush,
         )
+
+
+def _end_stream(
+    queue: asyncio.Queue[SessionEvent | None],
+) -> Callable[[asyncio.Task[Outcome]], None]:
+    def done(task: asyncio.Task[Outcome]) -> None:
+        queue.put_nowait(None)
+        if not task.cancelled():
+            # Seen here, so a consumer that stopped iterating early does not
+            # leave "Task exception was never retrieved" behind; `result()`
+            # still raises it.
+            task.exception()
+
+    return done
 
 
 def _request_cancel(running: Running) -> None:

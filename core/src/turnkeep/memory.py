@@ -28,6 +28,7 @@ from turnkeep.errors import (
     SessionFencedError,
     SessionLockedError,
     SessionNotFoundError,
+    StorageError,
     UnsupportedFormatError,
 )
 from turnkeep.hookspecs import hookimpl
@@ -81,6 +82,7 @@ class MemoryPersistence:
 
     async def create(self, meta: SessionMeta) -> None:
         """Register a new session (visible with its first append)."""
+        self._check_open()
         session_id = validate_session_id(meta.id)
         if session_id in self.storage.sessions or session_id in self._pending:
             raise SessionExistsError(f"session {session_id!r} already exists")
@@ -89,6 +91,7 @@ class MemoryPersistence:
 
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
         """Append one flush atomically after the seq and ownership checks."""
+        self._check_open()
         session_id = validate_session_id(session_id)
         stored = self.storage.sessions.get(session_id)
         pending = self._pending.get(session_id)
@@ -163,6 +166,7 @@ class MemoryPersistence:
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (keeping the backend-maintained count)."""
+        self._check_open()
         session_id = validate_session_id(session_id)
         pending = self._pending.get(session_id)
         if pending is not None:
@@ -181,6 +185,7 @@ class MemoryPersistence:
 
     async def claim(self, session_id: str, *, steal: bool = False) -> None:
         """Take the writer role of a stored session."""
+        self._check_open()
         self._stored(session_id)
         self._take(session_id, steal=steal)
 
@@ -204,6 +209,10 @@ class MemoryPersistence:
         self._closed = True
 
     # -- internals ---------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("this MemoryPersistence instance was closed")
 
     def _stored(self, session_id: str) -> _Stored:
         session_id = validate_session_id(session_id)

@@ -28,6 +28,7 @@ from turnkeep.errors import (
     EventRejectedError,
     InvalidForkPointError,
     InvalidSeedError,
+    InvalidSummaryError,
     SessionClosedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -112,18 +113,28 @@ class WriteState:
         pending: snapshots (encoded bytes) of the events from seq `persisted`
             on, not yet acknowledged by the backend, in seq order.
         persisted: how many events are durable (the write cursor).
-        created: the backend knows this session (created or loaded).
+        created: the session is in storage (loaded from it, or a flush of it
+            landed), so any instance of the backend can take its appends.
+        registered_with: the write-behind whose backend instance registered
+            the session while nothing of it was durable yet (backends create
+            lazily, per instance).
+        maybe_landed: an append failed in a way that may still have stored it
+            (a lost acknowledgement).
         summary_dirty: the summary changed since it was last stored.
-        init: the backend registration started at `session_created`; a flush
-            awaits it first.
+        init: the registration started at `session_created`; a flush awaits
+            it first.
+        init_owner: the write-behind that started `init`.
         lock: serialises flushes of this session.
     """
 
     pending: list[bytes] = attrs.field(factory=list[bytes])
     persisted: int = 0
     created: bool = False
+    registered_with: object | None = attrs.field(default=None, repr=False)
+    maybe_landed: bool = False
     summary_dirty: bool = False
     init: asyncio.Future[None] | None = None
+    init_owner: object | None = attrs.field(default=None, repr=False)
     lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
 
     @property
@@ -149,6 +160,8 @@ class Session:
     _clock: Clock = attrs.field(alias="clock", repr=False)
     closed: bool = attrs.field(default=False, init=False)
     """Set by the store when the session is closed; it then takes no events."""
+    turn_holder: object | None = attrs.field(default=None, init=False, repr=False)
+    """Set by the agent loop while a turn (or recovery) runs on the session."""
     _emit: Callable[..., list[object]] = attrs.field(init=False, repr=False)
 
     _redactors: Sequence[object] = attrs.field(init=False, repr=False)
@@ -204,9 +217,14 @@ class Session:
         try:
             results = self._emit(self, event)
         except EventRejectedError:
-            # Rejecting plugins run first and buffer nothing, so removing the
-            # event leaves every plugin's view consistent.
+            # Rejected at its source: take it out of the log, and out of the
+            # write buffer in case a persistence plugin snapshotted it before
+            # the rejecting plugin ran.
             events.pop()
+            writes = self.writes
+            keep = len(events) - writes.persisted
+            if 0 <= keep < len(writes.pending):
+                del writes.pending[keep:]
             raise
         if results:
             self._hooks.check_session_event_results(results)
@@ -222,12 +240,15 @@ class Session:
         """Change summary fields; they are stored with the next flush.
 
         Raises:
+            InvalidSummaryError: a text is not valid Unicode; nothing changed.
             RedactionError: a `redact_text` hook failed; nothing changed.
         """
         if title is not None:
-            title = self._hooks.redact_text(title)
+            title = self._hooks.redact_text(_storable(title, "title"))
         if first_prompt is not None:
-            first_prompt = self._hooks.redact_text(first_prompt)
+            first_prompt = self._hooks.redact_text(
+                _storable(first_prompt, "first_prompt")
+            )
         changes: dict[str, object] = {}
         if title is not None and title != self.summary.title:
             changes["title"] = title
@@ -252,6 +273,17 @@ class Session:
         await self._hooks.flush_session(self)
 
 
+def _storable(text: str, field: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidSummaryError(
+            f"summary {field} is not valid Unicode text (lone surrogates); "
+            "nothing was changed"
+        ) from exc
+    return text
+
+
 def _replace_summary(summary: SessionSummary, **changes: object) -> SessionSummary:
     return msgspec.structs.replace(summary, **changes)
 
@@ -263,6 +295,9 @@ class SessionStore:
     _hooks: SessionHooks = attrs.field(alias="hooks")
     clock: Clock = now_ms
     _live: dict[str, Session] = attrs.field(init=False, factory=dict[str, Session])
+    _resuming: dict[str, asyncio.Future[Session]] = attrs.field(
+        init=False, factory=dict[str, "asyncio.Future[Session]"]
+    )
 
     def create(
         self,
@@ -365,6 +400,24 @@ class SessionStore:
         session_id = validate_session_id(session_id)
         if session_id in self._live:
             return self._live[session_id]
+        pending = self._resuming.get(session_id)
+        if pending is not None:
+            return await asyncio.shield(pending)  # a resume of it is under way
+        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        self._resuming[session_id] = future
+        try:
+            session = await self._resume(session_id, steal=steal)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # waiters re-raise it; no "never retrieved" noise
+            raise
+        else:
+            future.set_result(session)
+            return session
+        finally:
+            del self._resuming[session_id]
+
+    async def _resume(self, session_id: str, *, steal: bool) -> Session:
         backend = self._hooks.require_persistence()
         # Claim first, so nobody appends between our load and our first write.
         await backend.claim(session_id, steal=steal)
@@ -395,8 +448,13 @@ class SessionStore:
                 live so nothing is lost.
         """
         session = self.get(session_id)
-        await session.flush()
+        # Closed before the flush, so nothing appended meanwhile is left out.
         session.closed = True
+        try:
+            await session.flush()
+        except BaseException:
+            session.closed = False
+            raise
         del self._live[session_id]
         await self._hooks.emit_session_closed(session)
 

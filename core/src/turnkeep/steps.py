@@ -117,13 +117,22 @@ class TurnRunner:
         session = self.session
         turn = last_turn_number(session.events) + 1
         start = self._emit(TurnStart, TurnStartData(turn=turn))
-        first_line = text.strip().splitlines()[0] if text.strip() else ""
-        if session.summary.first_prompt is None:
-            session.set_summary(title=first_line[:80] or None, first_prompt=text[:500])
         session.set_summary(status="active")
         return await self._finish(
             turn, start.seq, user_text=text, rerun=(), ask_model=True
         )
+
+    def _name_session(self, said: str) -> None:
+        """Title a session after its first accepted (and redacted) message.
+
+        Taken from the event as appended, so redaction has already run, and
+        cut only afterwards, so a cut cannot split a secret past recognition.
+        """
+        session = self.session
+        if session.summary.first_prompt is not None:
+            return
+        first_line = said.strip().splitlines()[0] if said.strip() else ""
+        session.set_summary(title=first_line[:80] or None, first_prompt=said[:500])
 
     async def recover(
         self, *, continue_turn: bool
@@ -182,7 +191,8 @@ class TurnRunner:
         text = ""
         try:
             if user_text is not None:
-                self._emit(UserMessage, UserMessageData(text=user_text))
+                said = self._emit(UserMessage, UserMessageData(text=user_text))
+                self._name_session(said.data.text)
             for data in rerun:
                 self._check_cancel()
                 await self._execute(turn, data, self.tools[data.name], rerun=True)
@@ -262,7 +272,10 @@ class TurnRunner:
         parts: list[str] = []
         calls: list[ToolCallRequested] = []
         self.running.phase = "model"
-        stream = self.model.stream(request)
+        try:
+            stream = self.model.stream(request)
+        except Exception as exc:
+            raise ModelError(f"the model failed: {type(exc).__name__}: {exc}") from exc
         try:
             async for item in stream:
                 if isinstance(item, TextDelta):

@@ -21,6 +21,7 @@ drains every live session and closes the backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,7 @@ from turnkeep.errors import (
     EventRejectedError,
     FlushError,
     SequenceError,
-    TurnkeepError,
+    SessionExistsError,
 )
 from turnkeep.events import SessionEvent
 from turnkeep.hookspecs import hookimpl
@@ -66,7 +67,8 @@ class WriteBehind:
         """Snapshot the event into the session's pending writes."""
         writes = session.writes
         pending = writes.pending
-        if writes.persisted + len(pending) == event.seq:
+        buffered = writes.persisted + len(pending)
+        if buffered == event.seq:
             codec = self.codec
             # `codec.snapshot`, inlined: this runs for every streamed chunk.
             try:
@@ -77,6 +79,11 @@ class WriteBehind:
             if len(raw) > codec.max_event_bytes:
                 codec.encode(event)  # raises EventTooLargeError
             pending.append(raw)
+        elif buffered > event.seq:
+            # Snapshots of events that are no longer in the log (a rejection
+            # the session could not see): drop them, then take this one.
+            del pending[event.seq - writes.persisted :]
+            pending.append(self.codec.snapshot(event))
         # Otherwise the state is behind (the session lived without a
         # persistence plugin for a while); flush catches up in seq order.
 
@@ -102,17 +109,7 @@ class WriteBehind:
     def plugin_apply(self, host: Host) -> None:
         """Adopt the sessions that are already live."""
         for session in host.sessions.list():
-            writes = session.writes
-            if writes.init is not None and writes.init.done():
-                if not writes.init.cancelled():
-                    writes.init.exception()  # retried below; mark it as seen
-                writes.init = None
-            if writes.persisted == 0 and writes.init is None:
-                # Nothing durable yet: a backend may have kept the registration
-                # in the previous instance only (lazy creation), so register
-                # the session with this one.
-                writes.created = False
-            if writes.created or writes.init is not None:
+            if self._known(session):
                 continue
             try:
                 self._catch_up(session)
@@ -128,6 +125,13 @@ class WriteBehind:
         outcomes = await asyncio.gather(
             *(self._drain(s) for s in sessions), return_exceptions=True
         )
+        # Registrations still in flight (sessions created during the drain)
+        # must finish before the backend closes, or they would outlive it.
+        for session in host.sessions.list():
+            init = session.writes.init
+            if session.writes.init_owner is self and init is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(init)
         await self.backend.aclose()
         failed = [
             (s.id, o)
@@ -144,6 +148,16 @@ class WriteBehind:
 
     # -- internals ---------------------------------------------------------
 
+    def _known(self, session: Session) -> bool:
+        """Whether this backend can take the session's appends right now.
+
+        A stored session (loaded, or with a durable flush) is known to any
+        instance of the backend; one with nothing durable yet is known only
+        to the instance it was registered with (backends create lazily).
+        """
+        writes = session.writes
+        return writes.created or writes.registered_with is self
+
     def _catch_up(self, session: Session) -> None:
         """Snapshot events the state has not seen yet (seed, adoption)."""
         writes = session.writes
@@ -155,39 +169,64 @@ class WriteBehind:
 
     def _start_init(self, session: Session) -> None:
         writes = session.writes
-        if writes.created or writes.init is not None:
-            return
+        if self._known(session) or writes.init_owner is self or self._disposed:
+            return  # (a disposing instance leaves it to its successor)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop yet: the first flush registers the session
-        writes.init = loop.create_task(self._create(session))
+        writes.init = loop.create_task(self._register(session))
+        writes.init_owner = self
 
-    async def _create(self, session: Session) -> None:
-        await self.backend.create(session.meta)
-        session.writes.created = True
+    async def _register(self, session: Session) -> None:
+        """Register the session with this backend (after any earlier attempt)."""
+        writes = session.writes
+        earlier = writes.init if writes.init_owner is not self else None
+        if earlier is not None and not earlier.done():
+            # A registration with a previous instance (before a reload) must
+            # not race this one; its outcome no longer matters.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(earlier)
+        if self._known(session):
+            return
+        try:
+            await self.backend.create(session.meta)
+        except SessionExistsError:
+            if not writes.maybe_landed:
+                raise
+            # An earlier append that looked failed had in fact landed: the
+            # session is stored. Take its writer role; the seq check of the
+            # next append settles what landed.
+            await self.backend.claim(session.id)
+            writes.created = True
+            return
+        writes.registered_with = self
 
     async def _ensure_created(self, session: Session) -> None:
         writes = session.writes
-        if writes.created:
-            writes.init = None
+        if self._known(session):
             return
         init = writes.init
+        if init is None or writes.init_owner is not self:
+            init = asyncio.ensure_future(self._register(session))
+            writes.init, writes.init_owner = init, self
         try:
-            if init is None:
-                await self._create(session)
-            else:
-                await init
-        except TurnkeepError as exc:
-            writes.init = None  # the next flush tries again
+            # Shielded: cancelling one flush must not cancel the registration
+            # every later flush waits for.
+            await asyncio.shield(init)
+        except asyncio.CancelledError:
+            if init.cancelled():
+                writes.init = writes.init_owner = None
+            raise
+        except Exception as exc:
+            writes.init = writes.init_owner = None  # the next flush tries again
             raise FlushError(
                 f"session {session.id!r} could not be registered with "
                 f"{self.name!r}: {exc}",
                 session_id=session.id,
             ) from exc
-        finally:
-            if writes.created:
-                writes.init = None
+        if self._known(session):
+            writes.init = writes.init_owner = None
 
     async def _drain(self, session: Session) -> None:
         writes = session.writes
@@ -211,8 +250,10 @@ class WriteBehind:
                 writes.summary_dirty = False
                 try:
                     await self.backend.update(session.id, session.summary)
-                except TurnkeepError as exc:
+                except BaseException as exc:
                     writes.summary_dirty = True
+                    if not isinstance(exc, Exception):
+                        raise
                     raise FlushError(
                         f"session {session.id!r}: its summary could not be "
                         f"stored in {self.name!r}: {exc}",
@@ -239,7 +280,9 @@ class WriteBehind:
             if rest:
                 await self._append(session, rest)
             return
-        except TurnkeepError as exc:
+        except Exception as exc:
+            # It may have landed all the same (a lost acknowledgement).
+            session.writes.maybe_landed = True
             raise FlushError(
                 f"session {session.id!r}: {len(batch)} event(s) from seq "
                 f"{batch[0].seq} could not be stored in {self.name!r}: {exc}. "
@@ -253,6 +296,8 @@ class WriteBehind:
         writes = session.writes
         del writes.pending[:count]
         writes.persisted += count
+        writes.created = True
+        writes.maybe_landed = False
 
 
 def _group(failures: list[BaseException]) -> BaseException:

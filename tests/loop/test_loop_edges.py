@@ -1,0 +1,133 @@
+"""Edges of the loop: two loops on one session, early-abandoned streams,
+models that fail before streaming, and titles taken after redaction."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from tests.conftest import make_config
+
+from turnkeep import (
+    AgentLoop,
+    EchoModel,
+    EventRecord,
+    Host,
+    MemoryPersistence,
+    Reply,
+    ScriptedCall,
+    ScriptedModel,
+    ToolContext,
+    function_tool,
+    hookimpl,
+)
+from turnkeep.errors import StorageError, TurnInProgressError
+from turnkeep.models import ModelOutput, ModelRequest
+from turnkeep.recovery import pairing_problems
+
+
+@pytest.mark.asyncio
+async def test_a_second_loop_cannot_recover_a_turn_that_is_still_running(
+    host: Host,
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    @function_tool(name="pay")
+    async def pay(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        runs.append(context.call_id)
+        started.set()
+        await release.wait()
+        return "paid"
+
+    model = ScriptedModel([Reply("paying", (ScriptedCall("pay"),)), Reply("done")])
+    first = AgentLoop.create("a1", host=host, model=model, tools=[pay])
+    turn = asyncio.ensure_future(first.run_turn(first.session_id, "pay the bill"))
+    await started.wait()
+    with pytest.raises(TurnInProgressError):
+        await AgentLoop.resume(
+            "a2", first.session_id, host=host, model=model, tools=[pay]
+        )
+    second = AgentLoop.create(
+        "a3", host=host, model=model, tools=[pay], session_id="other"
+    )
+    with pytest.raises(TurnInProgressError):
+        await second.run_turn(first.session_id, "me too")
+    release.set()
+    assert (await turn).status == "completed"
+    session = host.sessions.get(first.session_id)
+    assert pairing_problems(session.events) == []
+    assert len(runs) == 1
+
+
+class Exploding:
+    """A model adapter that fails before it yields anything."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        raise KeyError("OPENAI_API_KEY")
+
+
+@pytest.mark.asyncio
+async def test_a_model_failing_before_it_streams_ends_the_turn_failed(
+    host: Host,
+) -> None:
+    loop = AgentLoop.create("a", host=host, model=Exploding())
+    result = await loop.run_turn(loop.session_id, "hi")
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "KeyError" in result.error
+
+
+class FailingAppends(MemoryPersistence):
+    failures = 0
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise StorageError("disk unplugged")
+        await super().append(session_id, events)
+
+
+@pytest.mark.asyncio
+async def test_an_abandoned_stream_leaves_no_unretrieved_task_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = FailingAppends()
+
+    class Plugin:
+        @hookimpl
+        def register_persistence(self, register: Any) -> None:
+            register("failing", lambda _config: backend)
+
+    async with Host(make_config(persistence="failing"), plugins=[Plugin()]) as host:
+        loop = AgentLoop.create("a", host=host, model=EchoModel())
+        backend.failures = 5  # the turn's final flush fails: the task raises
+        stream = loop.stream_turn(loop.session_id, "hello there")
+        async for _ in stream:
+            break  # the consumer stops early, as it may, and never asks again
+        task = stream._task
+        del stream
+        await asyncio.wait([task])  # the turn ends (its final flush failed)
+        del task
+        gc.collect()
+        backend.failures = 0
+    assert "never retrieved" not in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_titles_come_from_the_redacted_message() -> None:
+    token = "ghp_" + "Zq8Rt2Lm9Xv4Bn7Ck3Jd6Hs1Fp5Gt0Wy2Ea4Ub"
+    async with Host(make_config(redact_secrets=True)) as host:
+        model = ScriptedModel([Reply("ok")])
+        loop = AgentLoop.create("a", host=host, model=model)
+        prompt = "x" * 70 + f" {token} please use it"
+        await loop.run_turn(loop.session_id, prompt)
+        summary = host.sessions.get(loop.session_id).summary
+        assert summary.title is not None
+        assert summary.first_prompt is not None
+        assert token[:12] not in summary.title
+        assert token[:12] not in summary.first_prompt
+        assert "[REDACTED" in summary.first_prompt
