@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from tests.cli.support import Store, cli, converse, one_line_error
+from tests.cli.support import SCRIPT, Store, cli, converse, one_line_error
 
 from turnkeep.codec import EventCodec
 
@@ -170,3 +173,31 @@ def test_fork_refusals(store: Store) -> None:
     assert "'ghost'" in one_line_error(ghost)
     zero = cli("fork", "src", "--at", "0", store=store)
     assert zero.exit_code == 2  # usage: a fork needs at least one event
+
+
+def test_ctrl_c_at_the_question_deletes_nothing(store: Store) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    proc = subprocess.Popen(
+        [str(SCRIPT), "--store", store.spec, "rm", "s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        seen = b""
+        while not seen.endswith(b"[y/N]: "):  # the question has no newline
+            chunk = os.read(proc.stderr.fileno(), 1024)
+            assert chunk, seen
+            seen += chunk
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 1
+        assert b"nothing was deleted" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert asyncio.run(store.ids()) == ["s"]

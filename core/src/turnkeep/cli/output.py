@@ -9,9 +9,12 @@ document (or one line per record) per command.
 
 from __future__ import annotations
 
-import asyncio
 import re
+import signal
 import sys
+import threading
+from collections.abc import Generator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Final
 
@@ -84,6 +87,19 @@ def format_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+@contextmanager
+def _interruptible() -> Generator[None]:
+    """Let Ctrl-C raise at once, instead of asyncio's cancel-the-task handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 async def confirm(question: str, *, yes: bool, nothing_done: str) -> None:
     """Ask `question` unless `yes`; stop the command unless answered yes.
 
@@ -93,10 +109,12 @@ async def confirm(question: str, *, yes: bool, nothing_done: str) -> None:
     if yes:
         return
     try:
-        answered = await asyncio.to_thread(
-            click.confirm, question, default=False, err=True
-        )
-    except click.exceptions.Abort:
+        with _interruptible():
+            # Asked on the event loop's own thread, blocking it: nothing else
+            # runs while a person decides (a worker thread stuck in a read
+            # would keep the process alive after Ctrl-C).
+            answered = click.confirm(question, default=False, err=True)
+    except click.exceptions.Abort:  # Ctrl-C or end of input: a no
         answered = False
     if not answered:
         raise CliError(
