@@ -9,12 +9,10 @@ document (or one line per record) per command.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
-import signal
 import sys
-import threading
-from collections.abc import Generator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Final
 
@@ -87,36 +85,55 @@ def format_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-@contextmanager
-def _interruptible() -> Generator[None]:
-    """Let Ctrl-C raise at once, instead of asyncio's cancel-the-task handler."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 async def confirm(question: str, *, yes: bool, nothing_done: str) -> None:
     """Ask `question` unless `yes`; stop the command unless answered yes.
 
     Raises:
-        CliError: the answer was no, or there is nobody to ask (exit 1).
+        CliError: the answer was not yes, there is nobody to ask (end of
+            input), or Ctrl-C was pressed (exit 1).
     """
     if yes:
         return
+    click.echo(f"{question} [y/N]: ", nl=False, err=True)
     try:
-        with _interruptible():
-            # Asked on the event loop's own thread, blocking it: nothing else
-            # runs while a person decides (a worker thread stuck in a read
-            # would keep the process alive after Ctrl-C).
-            answered = click.confirm(question, default=False, err=True)
-    except click.exceptions.Abort:  # Ctrl-C or end of input: a no
-        answered = False
-    if not answered:
+        answer = await _read_line()
+    except asyncio.CancelledError:
+        # Ctrl-C cancels the command's task (asyncio's own SIGINT handling):
+        # at a question, that is a no. The task ends with this error.
+        click.echo("", err=True)
+        answer = None
+    if answer is None or answer.strip().lower() not in ("y", "yes"):
         raise CliError(
             f"not confirmed; {nothing_done} (pass --yes to skip the question)"
         )
+
+
+async def _read_line() -> str | None:
+    """One line of stdin (`None` at its end), read without blocking the loop.
+
+    The loop watches the descriptor, so Ctrl-C reaches the command whichever
+    thread the signal lands on (a blocking read in the main thread would
+    wait for Enter when a backend's worker thread took the signal).
+    """
+    loop = asyncio.get_running_loop()
+    ready = asyncio.Event()  # set() is idempotent: the loop may call it often
+    try:
+        fd = sys.stdin.fileno()
+        loop.add_reader(fd, ready.set)
+    except (OSError, ValueError):
+        # No descriptor the loop can watch (a regular file, a test runner's
+        # buffer): reading cannot wait for anyone, so read it directly.
+        line = sys.stdin.readline()
+        return line or None
+    data = b""
+    try:
+        while not data.endswith(b"\n"):
+            await ready.wait()
+            ready.clear()
+            chunk = os.read(fd, 1024)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        loop.remove_reader(fd)
+    return data.decode(errors="replace") if data else None
