@@ -213,20 +213,27 @@ def _probe_version(path: Path) -> None:
         return  # a new, empty file
     if header.application_id not in (0, APPLICATION_ID):
         raise _foreign(path, f"application_id {header.application_id:#x}")
-    version, tables = header.user_version, header.has_tables
+    version, app_id = header.user_version, header.application_id
+    tables = header.has_tables
     if os.path.exists(f"{path}-wal"):
         uri = f"file:{quote(str(path))}?mode=ro"
         probe = sqlite3.connect(uri, uri=True, timeout=1.0)
         try:
-            version = probe.execute("PRAGMA user_version").fetchone()[0]
-            tables = (
-                probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
-            )
+            # One statement, so one read transaction: read apart, a migration
+            # committing in between shows version 0 beside its new tables.
+            version, app_id, count = probe.execute(
+                "SELECT (SELECT user_version FROM pragma_user_version), "
+                "(SELECT application_id FROM pragma_application_id), "
+                "(SELECT count(*) FROM sqlite_master)"
+            ).fetchone()
+            tables = count > 0
         finally:
             probe.close()
+    if app_id not in (0, APPLICATION_ID):
+        raise _foreign(path, f"application_id {app_id:#x}")
     if version > SCHEMA_VERSION:
         raise _newer(path, version)
-    if version == 0 and tables and header.application_id != APPLICATION_ID:
+    if version == 0 and tables and app_id != APPLICATION_ID:
         raise _foreign(path, "tables of another application")
 
 
