@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 from tests.cli.support import SCRIPT, Store, cli, converse, one_line_error
 
+from turnkeep.cli.output import format_size
 from turnkeep.codec import EventCodec
 
 
@@ -53,6 +54,39 @@ def test_ls_pages_newest_first_with_summaries(store: Store) -> None:
         "second",
         "first",
     ]
+
+
+def test_ls_shows_turns_and_size_from_the_summaries(store: Store) -> None:
+    asyncio.run(converse(store, "three", prompts=("one", "two", "three")))
+    asyncio.run(converse(store, "one", prompts=("only",)))
+    stored = {sid: asyncio.run(store.load(sid)) for sid in ("three", "one")}
+    size = {sid: sum(map(len, loaded.events)) for sid, loaded in stored.items()}
+    (listed_one, listed_three) = sessions(cli("ls", "--json", store=store).stdout)
+    assert (listed_one["id"], listed_three["id"]) == ("one", "three")
+    assert (listed_three["turns"], listed_three["size"]) == (3, size["three"])
+    assert (listed_one["turns"], listed_one["size"]) == (1, size["one"])
+    assert listed_three["events"] == len(stored["three"].events)
+
+    result = cli("ls", store=store)
+    assert result.exit_code == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["ID", "TITLE", "UPDATED", "TURNS", "STATUS", "SIZE"]
+    three = next(r for r in rows if r.startswith("three"))
+    assert three.split()[-4:] == ["3", "idle", *format_size(size["three"]).split()]
+    assert size["three"] >= 1024  # shown in KiB, with one decimal
+    assert three.endswith(" KiB")
+
+
+def test_sizes_are_shown_for_people() -> None:
+    assert [format_size(n) for n in (0, 512, 1023, 1024, 12_595, 3 * 2**20)] == [
+        "0 B",
+        "512 B",
+        "1023 B",
+        "1.0 KiB",
+        "12.3 KiB",
+        "3.0 MiB",
+    ]
+    assert format_size(2**20 - 1) == "1.0 MiB"  # rounds up into the next unit
 
 
 def test_ls_refuses_a_cursor_it_did_not_make(store: Store) -> None:

@@ -61,6 +61,33 @@ BROKEN = textwrap.dedent(
                 stored.meta = msgspec.structs.replace(stored.meta, summary=fresh)
 
 
+    class TakesCallersNumbers(MemoryPersistence):
+        """Keeps the turns and size `update` is given instead of the log's."""
+
+        async def update(self, session_id, summary):
+            await super().update(session_id, summary)
+            stored = self.storage.sessions.get(session_id)
+            if stored is not None:
+                fresh = msgspec.structs.replace(
+                    stored.meta.summary, turns=summary.turns, size=summary.size
+                )
+                stored.meta = msgspec.structs.replace(stored.meta, summary=fresh)
+
+
+    class ListsWithoutNumbers(MemoryPersistence):
+        """Lists from an index that has no turns or size columns."""
+
+        async def list(self, *, limit=100, cursor=None):
+            page = await super().list(limit=limit, cursor=cursor)
+            items = [
+                msgspec.structs.replace(
+                    m, summary=msgspec.structs.replace(m.summary, turns=0, size=0)
+                )
+                for m in page.items
+            ]
+            return SessionPage(items=items, next_cursor=page.next_cursor)
+
+
     class TestMergesReappends(AppendContract):
         @pytest.fixture
         def make_backend(self):
@@ -92,6 +119,20 @@ BROKEN = textwrap.dedent(
         def make_backend(self):
             storage = MemoryStorage()
             return lambda: LosesSummaryOnAppend(storage)
+
+
+    class TestTakesCallersNumbers(MetadataContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: TakesCallersNumbers(storage)
+
+
+    class TestListsWithoutNumbers(ListContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: ListsWithoutNumbers(storage)
     '''
 )
 
@@ -109,6 +150,13 @@ EXPECTED_FAILURES = {
     "TestLosesSummaryOnAppend": {
         "test_summary_survives_later_appends",
         "test_update_before_the_first_flush_lands_with_it",
+    },
+    "TestTakesCallersNumbers": {
+        "test_turns_and_size_are_the_backends_not_the_callers",
+        "test_turns_and_size_survive_a_reopen",
+    },
+    "TestListsWithoutNumbers": {
+        "test_listing_reports_turns_and_size",
     },
 }
 

@@ -33,7 +33,7 @@ from turnkeep.errors import (
 )
 from turnkeep.hookspecs import hookimpl
 from turnkeep.ids import validate_session_id
-from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
 
 __all__ = ["MemoryPersistence", "MemoryStorage", "register_persistence"]
@@ -122,14 +122,20 @@ class MemoryPersistence:
                 )
         if stored is None:
             assert pending is not None  # noqa: S101 - narrowed by the check above
-            stored = _Stored(meta=pending)
+            # The caller's numbers count for nothing: the log's start at 0.
+            stored = _Stored(
+                meta=_with_summary(pending, event_count=0, turns=0, size=0)
+            )
             self.storage.sessions[session_id] = stored
             del self._pending[session_id]
         stored.events.extend(bytes(r.raw) for r in events)
+        summary = stored.meta.summary
         stored.meta = _with_summary(
             stored.meta,
-            updated_at=max(stored.meta.summary.updated_at, events[-1].time),
+            updated_at=max(summary.updated_at, events[-1].time),
             event_count=len(stored.events),
+            turns=summary.turns + sum(r.type == TURN_END_TYPE for r in events),
+            size=summary.size + sum(len(r.raw) for r in events),
         )
 
     async def load(self, session_id: str) -> LoadedSession:
@@ -165,7 +171,7 @@ class MemoryPersistence:
         self._held.pop(session_id, None)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
-        """Replace the summary (keeping the backend-maintained count)."""
+        """Replace the summary (keeping the backend-maintained numbers)."""
         self._check_open()
         session_id = validate_session_id(session_id)
         pending = self._pending.get(session_id)
@@ -173,14 +179,19 @@ class MemoryPersistence:
             self._pending[session_id] = _with_summary(
                 msgspec.structs.replace(pending, summary=summary),
                 event_count=0,
+                turns=0,
+                size=0,
                 updated_at=max(summary.updated_at, pending.summary.updated_at),
             )
             return
         stored = self._stored(session_id)
+        kept = stored.meta.summary
         stored.meta = _with_summary(
             msgspec.structs.replace(stored.meta, summary=summary),
             event_count=len(stored.events),
-            updated_at=max(summary.updated_at, stored.meta.summary.updated_at),
+            turns=kept.turns,
+            size=kept.size,
+            updated_at=max(summary.updated_at, kept.updated_at),
         )
 
     async def claim(self, session_id: str, *, steal: bool = False) -> None:

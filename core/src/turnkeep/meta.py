@@ -3,7 +3,8 @@
 Metadata never enters the event log. `SessionHeader` is fixed when a session
 is created (id, format version, creation time, working directory, and for a
 fork its parent and fork point). `SessionSummary` changes over the session's
-life (title, first prompt, status, last update) and is what listings show.
+life (title, first prompt, status, last update, and the numbers backends keep:
+events, turns, bytes) and is what listings show.
 `SessionMeta` carries both. All three are msgspec Structs: they go on disk.
 """
 
@@ -15,6 +16,7 @@ import msgspec
 
 __all__ = [
     "FORMAT_VERSION",
+    "TURN_END_TYPE",
     "ForkPoint",
     "SessionHeader",
     "SessionMeta",
@@ -24,6 +26,9 @@ __all__ = [
 
 FORMAT_VERSION: Final = 1
 """The session format version this code writes and the newest it reads."""
+
+TURN_END_TYPE: Final = "turn/end"
+"""The event type `SessionSummary.turns` counts (the wire tag of `TurnEnd`)."""
 
 SessionStatus: TypeAlias = Literal["active", "idle", "interrupted", "failed", "closed"]
 
@@ -69,6 +74,15 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
         status: where the session stands.
         event_count: how many events are durable (maintained by backends;
             a value passed to `update` is ignored).
+        turns: how many of the durable events are `turn/end` events
+            (maintained by backends like `event_count`; ignored by `update`).
+        size: the total length in bytes of the durable events' stored bytes
+            (each `EventRecord.raw`; maintained by backends like
+            `event_count`; ignored by `update`).
+
+    `turns` and `size` were added after version 1 shipped; with their
+    defaults, summaries stored before them still decode (backends recompute
+    the numbers from their logs).
     """
 
     updated_at: int = 0
@@ -76,6 +90,8 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     first_prompt: str | None = None
     status: SessionStatus = "active"
     event_count: int = 0
+    turns: int = 0
+    size: int = 0
 
 
 class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,9 +26,13 @@ checks each one; the names in brackets are the kit's):
   it pages newest first by `updated_at` (ties by id), with an opaque cursor.
 - [summary] `update` replaces title, first prompt and status, never the log,
   and an `append` never loses them. Backends keep `event_count` (durable
-  events) and `updated_at`, which only moves forward: to the last record's
-  `time` on `append`, to the given `updated_at` on `update`. Backends read no
-  clock of their own, so ordering follows the sessions' clock.
+  events), `turns` (durable records whose `type` is `turn/end`), `size` (the
+  summed length of the durable records' `raw`) and `updated_at`, which only
+  moves forward: to the last record's `time` on `append`, to the given
+  `updated_at` on `update`. The three numbers are the log's: values passed to
+  `update` are ignored, and they stay right across reopens, takeovers and
+  torn-tail repairs. `list` returns them too, from metadata alone. Backends
+  read no clock of their own, so ordering follows the sessions' clock.
 - [ids] Ids are untrusted: any id `validate_session_id` accepts round-trips
   exactly, distinct ids never collide (also after case folding), and an
   invalid id raises `InvalidSessionIdError` before anything is touched.
@@ -145,7 +149,8 @@ class SessionPersistence(Protocol):
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the session's mutable summary; never touches the event log.
 
-        `summary.event_count` is ignored (the backend maintains it).
+        `summary.event_count`, `summary.turns` and `summary.size` are
+        ignored (the backend maintains them from the log).
 
         Raises:
             SessionNotFoundError: the session was neither created nor stored.

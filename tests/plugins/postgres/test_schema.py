@@ -4,10 +4,13 @@
     anything is created; `allow_non_durable` opts in, with a warning logged.
 32. A newer migration row makes `load`, `append`, `has` and `list` raise
     `UnsupportedFormatError`, and every row of the schema stays identical.
-33. The golden v1 fixture loads to its expected events; `migrate` is
-    idempotent, works inside a caller's transaction (and rolls back with it)
-    and outside one; 100 races of three connections migrating one fresh
-    schema together each record exactly one migration per version.
+33. The golden v1 fixture loads to its expected events, migrated to the
+    current version with `turns` and `size` counted from its events;
+    `migrate` is idempotent, works inside a caller's transaction (and rolls
+    back with it) and outside one; 100 races of three connections migrating
+    one fresh schema together, and races over the v1 fixture, each record
+    exactly one migration per version. A worker of schema 1 that keeps
+    appending after the migration does not make `turns` or `size` wrong.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pytest
 from psycopg import sql
 
 from turnkeep.errors import ConfigurationError, UnsupportedFormatError
+from turnkeep.meta import SessionSummary
 from turnkeep_postgres import SCHEMA_VERSION, PostgresConfig, PostgresPersistence
 from turnkeep_postgres.schema import migrate, read_version
 
@@ -168,10 +172,8 @@ async def test_a_newer_schema_is_refused_and_left_byte_identical(
 # -- 33: older formats load; migrations are idempotent and locked ------------------
 
 
-@pytest.mark.asyncio
-async def test_the_golden_v1_fixture_loads_to_its_expected_events(
-    open_store: OpenStore, schema: str
-) -> None:
+def load_golden_v1(schema: str) -> dict[str, list[bytes]]:
+    """Create `schema` holding the golden v1 fixture; its expected events."""
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
@@ -179,13 +181,43 @@ async def test_the_golden_v1_fixture_loads_to_its_expected_events(
     expected: dict[str, list[str]] = msgspec.json.decode(
         (FIXTURES / "schema_v1.expected.json").read_bytes()
     )
+    return {sid: [r.encode() for r in raws] for sid, raws in expected.items()}
+
+
+def numbers(raws: list[bytes]) -> tuple[int, int, int]:
+    """`(event_count, turns, size)` of stored events (decoded for their type)."""
+    types = [msgspec.json.decode(r, type=dict[str, Any])["type"] for r in raws]
+    return (len(raws), types.count("turn/end"), sum(map(len, raws)))
+
+
+def numbers_of(summary: SessionSummary) -> tuple[int, int, int]:
+    return (summary.event_count, summary.turns, summary.size)
+
+
+def migration_rows(schema: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        return conn.execute(
+            sql.SQL(
+                "SELECT version, count(*) FROM {}.schema_migrations"
+                " GROUP BY 1 ORDER BY 1"
+            ).format(sql.Identifier(schema))
+        ).fetchall()
+
+
+@pytest.mark.asyncio
+async def test_the_golden_v1_fixture_loads_to_its_expected_events(
+    open_store: OpenStore, schema: str
+) -> None:
+    expected = load_golden_v1(schema)
+    assert numbers(expected["golden/parent é"])[1] == 1
     store = open_store()
-    listed = {m.id for m in (await store.list()).items}
-    assert listed == set(expected)
+    listed = {m.id: numbers_of(m.summary) for m in (await store.list()).items}
+    assert listed == {sid: numbers(raws) for sid, raws in expected.items()}
+    assert migration_rows(schema) == [(v, 1) for v in range(1, SCHEMA_VERSION + 1)]
     for session_id, raws in expected.items():
         loaded = await store.load(session_id)
-        assert loaded.events == [r.encode() for r in raws]
-        assert loaded.meta.summary.event_count == len(raws)
+        assert loaded.events == raws
+        assert numbers_of(loaded.meta.summary) == numbers(raws)
     parent = await store.load("golden/parent é")
     assert parent.meta.summary.title == "Golden ☃"
     assert parent.meta.header.cwd == "/srv/app"
@@ -195,7 +227,94 @@ async def test_the_golden_v1_fixture_loads_to_its_expected_events(
     # ...and it continues: a v1 session takes new flushes.
     await store.claim("golden-fork")
     await store.append("golden-fork", turn(2, "after the fixture"))
-    assert len((await store.load("golden-fork")).events) == 4
+    fork = await store.load("golden-fork")
+    assert len(fork.events) == 4
+    assert numbers_of(fork.meta.summary) == numbers(fork.events)
+    (item,) = [m for m in (await store.list()).items if m.id == "golden-fork"]
+    assert numbers_of(item.summary) == numbers(fork.events)
+
+
+@pytest.mark.asyncio
+async def test_a_schema_1_worker_appending_after_the_migration_is_recounted(
+    open_store: OpenStore, schema: str
+) -> None:
+    expected = load_golden_v1(schema)
+    store = open_store()
+    await store.has("golden-fork")  # opens, so migrates
+    raws = [r.raw for r in turn(2, "written by an old worker")]
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        # Version 1's append statement: next_seq moves, turns and size do not.
+        conn.execute(
+            "WITH landed AS (UPDATE sessions SET next_seq = next_seq + %s,"
+            " updated_at = GREATEST(updated_at, %s) WHERE id = %s AND next_seq = %s"
+            " RETURNING id) INSERT INTO events (session_id, seq, raw)"
+            " SELECT landed.id, %s + e.n - 1, e.raw"
+            " FROM landed, unnest(%s::bytea[]) WITH ORDINALITY AS e(raw, n)",
+            (len(raws), 1_800_000_000_000, "golden-fork", 2, 2, raws),
+        )
+    events = [*expected["golden-fork"], *raws]
+    loaded = await store.load("golden-fork")
+    assert loaded.events == events
+    assert numbers_of(loaded.meta.summary) == numbers(events)
+    (item,) = [m for m in (await store.list()).items if m.id == "golden-fork"]
+    assert numbers_of(item.summary) == numbers(events)
+    # This version's next append stores the counted numbers again.
+    await store.claim("golden-fork")
+    more = turn(4, "written by a new worker")
+    await store.append("golden-fork", more)
+    events += [r.raw for r in more]
+    assert numbers_of((await store.load("golden-fork")).meta.summary) == numbers(events)
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT next_seq, turns, size, counted_seq FROM {}.sessions"
+                " WHERE id = 'golden-fork'"
+            ).format(sql.Identifier(schema))
+        ).fetchone()
+    assert row is not None
+    assert row == (len(events), *numbers(events)[1:], len(events))
+
+
+@pytest.mark.asyncio
+async def test_workers_migrating_the_v1_fixture_together_migrate_it_once(
+    schema: str,
+) -> None:
+    conns = [
+        await psycopg.AsyncConnection.connect(DSN, autocommit=True) for _ in range(3)
+    ]
+    try:
+        for race in range(10):
+            name = f"{schema}_v{race}"
+            expected = load_golden_v1(name)
+            barrier = asyncio.Barrier(len(conns))
+
+            async def one(
+                conn: psycopg.AsyncConnection[Any], name: str, barrier: asyncio.Barrier
+            ) -> int | None:
+                await barrier.wait()
+                return await migrate(conn, name)
+
+            found = await asyncio.gather(*(one(c, name, barrier) for c in conns))
+            assert sorted(v or 0 for v in found) == [1, *[SCHEMA_VERSION] * 2], found
+            assert migration_rows(name) == [
+                (v, 1) for v in range(1, SCHEMA_VERSION + 1)
+            ]
+            cur = await conns[0].execute(
+                sql.SQL(
+                    "SELECT id, next_seq, turns, size, counted_seq FROM {}.sessions"
+                ).format(sql.Identifier(name))
+            )
+            rows = {r[0]: r[1:] for r in await cur.fetchall()}
+            assert rows == {
+                sid: (*numbers(raws), len(raws)) for sid, raws in expected.items()
+            }
+            await conns[0].execute(
+                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name))
+            )
+    finally:
+        for conn in conns:
+            await conn.close()
 
 
 def _catalog(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
@@ -258,11 +377,11 @@ async def _race(conns: list[psycopg.AsyncConnection[Any]], schema: str) -> None:
         *[SCHEMA_VERSION] * (len(conns) - 1),
     ], found
     cur = await conns[0].execute(
-        sql.SQL("SELECT version, count(*) FROM {}.schema_migrations GROUP BY 1").format(
-            sql.Identifier(schema)
-        )
+        sql.SQL(
+            "SELECT version, count(*) FROM {}.schema_migrations GROUP BY 1 ORDER BY 1"
+        ).format(sql.Identifier(schema))
     )
-    assert await cur.fetchall() == [(SCHEMA_VERSION, 1)]
+    assert await cur.fetchall() == [(v, 1) for v in range(1, SCHEMA_VERSION + 1)]
 
 
 @pytest.mark.asyncio

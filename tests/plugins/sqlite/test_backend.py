@@ -252,7 +252,8 @@ def test_every_metadata_field_has_a_column() -> None:
     }  # fmt: skip
     assert set(ForkPoint.__struct_fields__) == {"session_id", "seq"}
     assert set(SessionSummary.__struct_fields__) == {
-        "updated_at", "title", "first_prompt", "status", "event_count",
+        "updated_at", "title", "first_prompt", "status", "event_count", "turns",
+        "size",
     }  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from turnkeep.errors import (
     StorageError,
     UnsupportedFormatError,
 )
-from turnkeep_sqlite import SqliteConfig, SqlitePersistence
+from turnkeep_sqlite import SCHEMA_VERSION, SqliteConfig, SqlitePersistence
 
 from .conftest import WORKER_SCRIPT, meta, turn_records
 
@@ -178,7 +178,7 @@ async def case_schema_upgraded_while_open(path: Path) -> None:
     backend = await _stored(path)
     other = sqlite3.connect(path, isolation_level=None)
     try:
-        other.execute("PRAGMA user_version = 2")
+        other.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1:d}")
         with pytest.raises(UnsupportedFormatError):
             await backend.append("s", turn_records(6, 2))
         with pytest.raises(UnsupportedFormatError):

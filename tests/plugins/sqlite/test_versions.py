@@ -5,9 +5,11 @@
     another application, is refused by `load` and `append` with the files
     byte-identical afterwards (sha256) and no file added.
 33. The committed schema-v1 fixture loads to the expected metadata and
-    events; migrating is idempotent (a second open changes nothing and logs
-    nothing); two processes opening a new file at once apply each migration
-    exactly once (100 races in CI, 2,000 in soak).
+    events, migrated to the current schema with `turns` and `size` counted
+    from its events; migrating is idempotent (a second open changes nothing
+    and logs nothing; the v2 step run again computes the same numbers); two
+    processes opening a new file, or a copy of the v1 fixture, at once apply
+    each migration exactly once (100 races in CI, 2,000 in soak).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -29,6 +32,7 @@ from turnkeep_sqlite import (
     SqliteConfig,
     SqlitePersistence,
 )
+from turnkeep_sqlite.schema import _turns_and_size  # pyright: ignore[reportPrivateUsage]
 
 from .conftest import Worker, meta, turn_records
 
@@ -115,25 +119,89 @@ async def test_a_database_of_another_application_is_refused_untouched(
     await _refused(db_path, StorageError)
 
 
+def _v1_fixture(directory: Path) -> Path:
+    path = directory / "s.sqlite3"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    shutil.copyfile(FIXTURES / "schema-v1.sqlite3", path)
+    return path
+
+
+def _numbers(raws: list[bytes]) -> dict[str, int]:
+    """The summary numbers of stored events (decoded for their type)."""
+    types = [msgspec.json.decode(r, type=dict[str, Any])["type"] for r in raws]
+    return {
+        "event_count": len(raws),
+        "turns": types.count("turn/end"),
+        "size": sum(map(len, raws)),
+    }
+
+
+def _expected_v1() -> dict[str, tuple[dict[str, Any], list[bytes]]]:
+    """Per session: its metadata as schema 2 reports it, and its events."""
+    expected: dict[str, Any] = msgspec.json.decode(
+        (FIXTURES / "schema-v1.expected.json").read_bytes()
+    )
+    out: dict[str, tuple[dict[str, Any], list[bytes]]] = {}
+    for sid, want in expected.items():
+        raws = [base64.b64decode(e) for e in want["events"]]
+        meta = want["meta"]
+        summary = {**meta["summary"], **_numbers(raws)}
+        out[sid] = ({**meta, "summary": summary}, raws)
+    return out
+
+
 @pytest.mark.asyncio
 async def test_the_schema_v1_fixture_loads(tmp_path: Path) -> None:
-    path = tmp_path / "store" / "s.sqlite3"
-    path.parent.mkdir(mode=0o700)
-    shutil.copyfile(FIXTURES / "schema-v1.sqlite3", path)
-    expected = msgspec.json.decode((FIXTURES / "schema-v1.expected.json").read_bytes())
+    path = _v1_fixture(tmp_path / "store")
+    expected = _expected_v1()
+    assert {m["summary"]["turns"] for m, _ in expected.values()} == {3}
     backend = SqlitePersistence(SqliteConfig(path=path))
     try:
         page = await backend.list()
-        assert {m.id for m in page.items} == set(expected)
-        for sid, want in expected.items():
+        assert {m.id: msgspec.to_builtins(m) for m in page.items} == {
+            sid: meta for sid, (meta, _) in expected.items()
+        }
+        for sid, (meta, raws) in expected.items():
             loaded = await backend.load(sid)
-            assert msgspec.to_builtins(loaded.meta) == want["meta"]
-            assert loaded.events == [base64.b64decode(e) for e in want["events"]]
-        # ...and it stays writable.
+            assert msgspec.to_builtins(loaded.meta) == meta
+            assert loaded.events == raws
+        # ...and it stays writable, counting on from the migrated numbers.
         await backend.claim("golden-parent")
-        await backend.append("golden-parent", turn_records(15, 9))
+        more = turn_records(15, 9)
+        await backend.append("golden-parent", more)
+        raws = [*expected["golden-parent"][1], *(r.raw for r in more)]
+        summary = (await backend.load("golden-parent")).meta.summary
+        numbers = {"event_count": summary.event_count, "turns": summary.turns}
+        assert {**numbers, "size": summary.size} == _numbers(raws)
     finally:
         await backend.aclose()
+    assert [v for v, _ in _migrations(path)] == [1, 2]
+
+
+def test_the_v2_step_is_idempotent(tmp_path: Path) -> None:
+    path = _v1_fixture(tmp_path / "store")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        _turns_and_size(conn)
+        first = conn.execute(
+            "SELECT id, next_seq, turns, size FROM sessions ORDER BY id"
+        ).fetchall()
+        _turns_and_size(conn)  # again, columns present: the same numbers
+        again = conn.execute(
+            "SELECT id, next_seq, turns, size FROM sessions ORDER BY id"
+        ).fetchall()
+        conn.execute("ROLLBACK")  # and all of it rolls back: still version 1
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+    finally:
+        conn.close()
+    assert first == again
+    expected = _expected_v1()
+    assert first == [
+        (sid, n["event_count"], n["turns"], n["size"])
+        for sid, n in sorted((s, _numbers(r)) for s, (_, r) in expected.items())
+    ]
+    assert "turns" not in columns
 
 
 def _migrations(path: Path) -> list[tuple[int, int]]:
@@ -148,7 +216,7 @@ def _migrations(path: Path) -> list[tuple[int, int]]:
 async def test_migration_is_idempotent(db_path: Path) -> None:
     await _stored_db(db_path)
     before = _snapshot(db_path.parent)
-    assert [v for v, _ in _migrations(db_path)] == [1]
+    assert [v for v, _ in _migrations(db_path)] == [1, 2]
     backend = SqlitePersistence(SqliteConfig(path=db_path))
     try:
         assert await backend.has("s")
@@ -164,11 +232,18 @@ async def test_migration_is_idempotent(db_path: Path) -> None:
 
 
 def _migration_races(
-    count: int, tmp_path: Path, spawn_worker: Callable[..., Worker]
+    count: int,
+    tmp_path: Path,
+    spawn_worker: Callable[..., Worker],
+    *,
+    from_v1: bool = False,
 ) -> None:
     workers = [spawn_worker(), spawn_worker()]
+    expected = _expected_v1()
     for race in range(count):
         path = tmp_path / f"r{race}" / "s.sqlite3"
+        if from_v1:
+            _v1_fixture(path.parent)
         for w in workers:
             w.send(op="open", path=str(path))
         for w in workers:
@@ -181,6 +256,16 @@ def _migration_races(
         assert [v for v, _ in migrations] == list(range(1, SCHEMA_VERSION + 1)), (
             f"race {race}: {migrations}"
         )
+        if from_v1:
+            conn = sqlite3.connect(path)
+            try:
+                rows = conn.execute("SELECT id, turns, size FROM sessions").fetchall()
+            finally:
+                conn.close()
+            assert {r[0]: r[1:] for r in rows} == {
+                sid: (n["turns"], n["size"])
+                for sid, n in ((s, _numbers(r)) for s, (_, r) in expected.items())
+            }
         for w in workers:
             w.call(op="close")
 
@@ -190,6 +275,13 @@ def test_concurrent_first_opens_migrate_once(
     tmp_path: Path, spawn_worker: Callable[..., Worker]
 ) -> None:
     _migration_races(100, tmp_path, spawn_worker)
+
+
+@pytest.mark.slow
+def test_concurrent_first_opens_of_a_v1_database_migrate_once(
+    tmp_path: Path, spawn_worker: Callable[..., Worker]
+) -> None:
+    _migration_races(100, tmp_path, spawn_worker, from_v1=True)
 
 
 @pytest.mark.soak

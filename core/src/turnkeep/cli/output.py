@@ -29,6 +29,7 @@ __all__ = [
     "emit_json",
     "emit_json_line",
     "emit_raw_line",
+    "format_size",
     "format_time",
     "shorten",
 ]
@@ -76,6 +77,21 @@ def emit_raw_line(raw: bytes) -> None:
     """Print stored JSON bytes verbatim as one line, flushed."""
     click.echo(raw.decode("utf-8", "replace"))
     sys.stdout.flush()
+
+
+_UNITS: Final = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_size(size: int) -> str:
+    """A byte count for people: `512 B`, `12.3 KiB`, `4.0 MiB` (powers of 1024)."""
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in _UNITS[:-1]:
+        if round(value, 1) < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} {_UNITS[-1]}"
 
 
 def format_time(ms: int) -> str:

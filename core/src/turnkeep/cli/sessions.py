@@ -21,6 +21,7 @@ from turnkeep.cli.output import (
     confirm,
     console,
     emit_json,
+    format_size,
     format_time,
     shorten,
 )
@@ -54,6 +55,8 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     first_prompt: str | None
     status: SessionStatus
     events: int
+    turns: int
+    size: int
     updated_at: int
     created_at: int
     cwd: str | None
@@ -70,6 +73,8 @@ def row(meta: SessionMeta) -> SessionRow:
         first_prompt=summary.first_prompt,
         status=summary.status,
         events=summary.event_count,
+        turns=summary.turns,
+        size=summary.size,
         updated_at=summary.updated_at,
         created_at=header.created_at,
         cwd=header.cwd,
@@ -103,7 +108,11 @@ class _Page(msgspec.Struct, frozen=True, kw_only=True):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @common_options
 def ls(limit: int, cursor: str | None, every: bool, as_json: bool) -> None:
-    """List stored sessions, newest first (summaries only; logs are not read)."""
+    """List stored sessions, newest first (summaries only; logs are not read).
+
+    Each row: id, title (or first prompt), last update, completed turns,
+    status, and the size of the stored events.
+    """
 
     async def body() -> int:
         async with open_store() as store:
@@ -136,8 +145,9 @@ def _print_table(metas: list[SessionMeta]) -> None:
         ("ID", "left"),
         ("TITLE", "left"),
         ("UPDATED", "left"),
-        ("EVENTS", "right"),
+        ("TURNS", "right"),
         ("STATUS", "left"),
+        ("SIZE", "right"),
     ):
         table.add_column(name, justify=justify, no_wrap=name != "TITLE")  # pyright: ignore[reportArgumentType]
     for meta in metas:
@@ -147,8 +157,9 @@ def _print_table(metas: list[SessionMeta]) -> None:
             Text(clean(meta.id)),
             Text(shorten(title, 60)),
             format_time(summary.updated_at),
-            str(summary.event_count),
+            str(summary.turns),
             summary.status,
+            format_size(summary.size),
         )
     out.print(table)
 

@@ -35,7 +35,13 @@ from turnkeep.events import (
     UserMessageData,
 )
 from turnkeep.ids import new_session_id
-from turnkeep.meta import ForkPoint, SessionHeader, SessionMeta, SessionSummary
+from turnkeep.meta import (
+    TURN_END_TYPE,
+    ForkPoint,
+    SessionHeader,
+    SessionMeta,
+    SessionSummary,
+)
 from turnkeep.persistence import SessionPersistence, validate_backend
 
 __all__ = ["BackendHarness", "MakeBackend"]
@@ -203,3 +209,17 @@ class BackendHarness:
     def raws(records: Sequence[EventRecord]) -> list[bytes]:
         """The stored bytes of `records`."""
         return [bytes(r.raw) for r in records]
+
+    @staticmethod
+    def numbers(records: Sequence[EventRecord]) -> tuple[int, int, int]:
+        """`(event_count, turns, size)` a backend must report for `records`."""
+        return (
+            len(records),
+            sum(r.type == TURN_END_TYPE for r in records),
+            sum(len(r.raw) for r in records),
+        )
+
+    @staticmethod
+    def numbers_of(summary: SessionSummary) -> tuple[int, int, int]:
+        """`(event_count, turns, size)` of a summary a backend returned."""
+        return (summary.event_count, summary.turns, summary.size)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from turnkeep.codec import EventRecord
 from turnkeep.errors import InvalidCursorError
-from turnkeep.meta import SessionMeta
+from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import SessionPersistence
 
 from ._harness import BackendHarness
@@ -92,3 +95,31 @@ class ListContract(BackendHarness):
         assert item.id == meta.id
         assert item.summary.event_count == 7
         assert item.header == meta.header
+
+    @pytest.mark.asyncio
+    async def test_listing_reports_turns_and_size(
+        self,
+        backend: SessionPersistence,
+        open_backend: Callable[[], SessionPersistence],
+    ) -> None:
+        logs: dict[str, list[EventRecord]] = {}
+        for flushes in ((4, 4), (3,), (4, 1, 6), (2, 2)):
+            meta, written = await self.stored(backend, flushes=flushes)
+            logs[meta.id] = written
+        first, second, *_ = logs
+        more = self.records(8, 4)
+        await backend.append(first, more)  # listed from the append, not a cache
+        logs[first].extend(more)
+        await backend.update(second, SessionSummary(title="t", turns=40, size=4))
+        want = {sid: self.numbers(written) for sid, written in logs.items()}
+        assert len({turns for _, turns, _ in want.values()}) > 1
+
+        def numbers(items: list[SessionMeta]) -> dict[str, tuple[int, int, int]]:
+            return {m.id: self.numbers_of(m.summary) for m in items}
+
+        assert numbers(await self._all(backend, 3)) == want
+        if self.supports_multiple_processes:  # while the owner holds them
+            assert numbers(await self._all(open_backend(), 2)) == want
+        if self.supports_reopen:  # once it let them go
+            await backend.aclose()
+            assert numbers(await self._all(open_backend(), 100)) == want

@@ -40,7 +40,10 @@ from .summary import inspect_session, session_header
 
 __all__ = ["Catalog", "Entry", "Gone"]
 
-_VERSION: Final = 1
+_VERSION: Final = 2
+"""Version 2 entries carry `turns` and `size` in their summaries. A version 1
+catalog is still read, every entry as `open` (its numbers are re-read from
+the files), and the next writer replaces it with a version 2 snapshot."""
 _COMPACT_SLACK: Final = 64 * 1024
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -91,10 +94,13 @@ class Catalog:
     Args:
         store: the store.
         ops: the file-system calls.
+        max_line: the longest log line read when a log's numbers must be
+            recomputed (see `summary.log_numbers`).
     """
 
     store: Store
     ops: FileOps
+    max_line: int
     _cache_key: tuple[int, int, int] | None = attrs.field(init=False, default=None)
     _cache: dict[str, Entry] = attrs.field(init=False, factory=dict[str, Entry])
 
@@ -141,7 +147,7 @@ class Catalog:
                 stem = is_session_log(filename)
                 if stem is None:
                     continue
-                found = inspect_session(self.ops, fd, stem)
+                found = inspect_session(self.ops, fd, stem, max_line=self.max_line)
                 if found is None:
                     continue
                 meta = SessionMeta(
@@ -179,7 +185,7 @@ class Catalog:
         try:
             size = ops.fstat(fd).st_size
             head = _head(ops.pread(fd, 4096, 0))
-            if head is None:
+            if head is None or head.format_version != _VERSION:
                 self._snapshot(root, self.scan_files(), items)
                 return
             data = b"".join([seal(_encode(item)) for item in items])
@@ -267,6 +273,9 @@ def _parse(data: bytes) -> dict[str, Entry] | None:
     entries: dict[str, Entry] = {}
     for lines in (snapshot, _intact(journal)):
         _fold(entries, _decode(lines))
+    if head.format_version < _VERSION:
+        # Written before summaries carried turns and size: re-read them all.
+        return {i: msgspec.structs.replace(e, open=True) for i, e in entries.items()}
     return entries
 
 

@@ -192,6 +192,8 @@ def _next_owner(state: ScanState) -> bytes:
         pid=os.getpid(),
         host=HOST,
         boot=BOOT,
+        turns=state.turns,
+        size=state.size,
     )
     state.accept(owner, 0, b"")
     return encode_owner(owner)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import add, itemgetter
 from typing import Final, TypeAlias
@@ -23,7 +23,7 @@ from typing import Final, TypeAlias
 import msgspec
 
 from turnkeep.codec import EventRecord
-from turnkeep.meta import ForkPoint, SessionSummary
+from turnkeep.meta import TURN_END_TYPE, ForkPoint, SessionSummary
 
 __all__ = [
     "FORMAT_NAME",
@@ -31,6 +31,8 @@ __all__ = [
     "MAX_CONTROL_BYTES",
     "MAX_HEADER_BYTES",
     "SUFFIX_LEN",
+    "TURN_END_PREFIX",
+    "TYPE_PREFIX",
     "Commit",
     "Control",
     "Header",
@@ -39,6 +41,7 @@ __all__ = [
     "Sidecar",
     "all_sealed",
     "bad_event_reason",
+    "count_turn_ends",
     "decode_control",
     "decode_controls",
     "decode_header",
@@ -50,6 +53,7 @@ __all__ = [
     "encode_release",
     "encode_sidecar",
     "event_seq",
+    "event_type",
     "probe_header",
     "seal",
     "unseal",
@@ -57,6 +61,10 @@ __all__ = [
 
 FORMAT_NAME: Final = "turnkeep-jsonl"
 MARK: Final = b'{"mark":"'
+TYPE_PREFIX: Final = b'{"type":"'
+"""How core's event bytes start (the `type` key first)."""
+TURN_END_PREFIX: Final = b'{"type":"%b"' % TURN_END_TYPE.encode()
+"""How a `turn/end` event's bytes start, as core writes them."""
 SUFFIX_LEN: Final = 18
 """Length of `,"crc":"xxxxxxxx"}`, the tail every line ends with."""
 MAX_HEADER_BYTES: Final = 64 * 1024
@@ -78,6 +86,13 @@ class Header(msgspec.Struct, tag_field="mark", tag="header", kw_only=True):
     parent: ForkPoint | None = None
 
 
+# Every control line carries the log's numbers once its unit is applied:
+# `seq` (events), `turns` (`turn/end` events) and `size` (the events' stored
+# bytes), so that listing reads them from the last control line alone.
+# `turns` and `size` are absent (`None`) in lines written before they were
+# added; a reader then recomputes them from the log.
+
+
 class Owner(msgspec.Struct, tag_field="mark", tag="owner", kw_only=True, gc=False):
     """A writer took the session: opens owner epoch `epoch` (a one-line unit)."""
 
@@ -88,6 +103,8 @@ class Owner(msgspec.Struct, tag_field="mark", tag="owner", kw_only=True, gc=Fals
     pid: int
     host: str
     boot: str
+    turns: int | None = None
+    size: int | None = None
 
 
 class Release(msgspec.Struct, tag_field="mark", tag="release", kw_only=True, gc=False):
@@ -97,6 +114,8 @@ class Release(msgspec.Struct, tag_field="mark", tag="release", kw_only=True, gc=
     epoch: int
     seq: int
     time: int
+    turns: int | None = None
+    size: int | None = None
 
 
 class Commit(msgspec.Struct, tag_field="mark", tag="commit", kw_only=True, gc=False):
@@ -109,6 +128,8 @@ class Commit(msgspec.Struct, tag_field="mark", tag="commit", kw_only=True, gc=Fa
     n: int
     len: int
     fcrc: str
+    turns: int | None = None
+    size: int | None = None
 
 
 Control: TypeAlias = Owner | Release | Commit
@@ -134,10 +155,15 @@ class _Seq(msgspec.Struct):
     seq: int
 
 
+class _Type(msgspec.Struct):
+    type: object = None
+
+
 _encode: Final = msgspec.json.Encoder().encode
 _header_decoder: Final = msgspec.json.Decoder(Header)
 _probe_decoder: Final = msgspec.json.Decoder(_Probe)
 _seq_decoder: Final = msgspec.json.Decoder(_Seq)
+_type_decoder: Final = msgspec.json.Decoder(_Type)
 _control_decoder: Final = msgspec.json.Decoder(Control)
 _controls_decoder: Final = msgspec.json.Decoder(list[Control])
 _sidecar_decoder: Final = msgspec.json.Decoder(Sidecar)
@@ -241,9 +267,20 @@ def encode_release(release: Release) -> bytes:
 
 
 def encode_commit(
-    *, flush: int, epoch: int, seq: int, time: int, region: bytes, n: int
+    *,
+    flush: int,
+    epoch: int,
+    seq: int,
+    time: int,
+    region: bytes,
+    n: int,
+    turns: int,
+    size: int,
 ) -> bytes:
-    """The commit line closing a flush whose event lines are `region`."""
+    """The commit line closing a flush whose event lines are `region`.
+
+    `seq`, `turns` and `size` are the log's numbers with this flush applied.
+    """
     commit = Commit(
         flush=flush,
         epoch=epoch,
@@ -252,6 +289,8 @@ def encode_commit(
         n=n,
         len=len(region),
         fcrc=f"{zlib.crc32(region):08x}",
+        turns=turns,
+        size=size,
     )
     return seal(_encode(commit))
 
@@ -315,6 +354,35 @@ def decode_sidecar(data: bytes) -> Sidecar | None:
         return None
     try:
         return _sidecar_decoder.decode(body)
+    except _DECODE_ERRORS:
+        return None
+
+
+def count_turn_ends(raws: Iterable[bytes]) -> int:
+    """How many of the events `raws` are of type `turn/end`.
+
+    Core writes an event's `type` first, so one prefix comparison per event
+    decides it; only bytes that do not start with `{"type":"` are decoded
+    (for their `type` alone). Accepts event lines (sealed) as well as bytes.
+    """
+    raws = raws if isinstance(raws, list) else list(raws)
+    turns = sum(map(bytes.startswith, raws, repeat(TURN_END_PREFIX)))
+    if all(map(bytes.startswith, raws, repeat(TYPE_PREFIX))):
+        return turns
+    for raw in raws:
+        if not raw.startswith(TYPE_PREFIX):
+            turns += event_type(raw) == TURN_END_TYPE
+    return turns
+
+
+def event_type(raw: bytes) -> object:
+    """The `type` of an event's bytes (or its sealed line), `None` if unreadable.
+
+    A sealed line is the event's object with one more key, so it decodes the
+    same way.
+    """
+    try:
+        return _type_decoder.decode(raw).type
     except _DECODE_ERRORS:
         return None
 

@@ -107,6 +107,8 @@ class Handle:
             first_prompt=self.summary.first_prompt,
             status=self.summary.status,
             event_count=self.state.seq,
+            turns=self.state.turns,
+            size=self.state.size,
         )
 
     def track(self, ops: FileOps) -> None:
@@ -223,6 +225,8 @@ def write_sidecar(store: Store, handle: Handle, summary: SessionSummary) -> None
             summary,
             updated_at=max(summary.updated_at, state.time),
             event_count=state.seq,
+            turns=state.turns,
+            size=state.size,
         ),
     )
     data = encode_sidecar(sidecar)

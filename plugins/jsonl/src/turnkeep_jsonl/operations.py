@@ -77,7 +77,7 @@ class Operations:
 
     def __attrs_post_init__(self) -> None:
         self.store = Store(self.path, self.ops)
-        self.catalog = Catalog(self.store, self.ops)
+        self.catalog = Catalog(self.store, self.ops, self.max_line)
         self.reads = Unheld(self.store, self.catalog, self.max_line)
 
     def session_ids(self) -> list[str]:
@@ -251,7 +251,7 @@ class Operations:
             pending.meta = msgspec.structs.replace(
                 pending.meta,
                 summary=msgspec.structs.replace(
-                    summary, updated_at=updated_at, event_count=0
+                    summary, updated_at=updated_at, event_count=0, turns=0, size=0
                 ),
             )
             return
@@ -343,7 +343,12 @@ class Operations:
 
     @staticmethod
     def _pending_entry(pending: Pending) -> Entry:
-        return Entry(open=True, meta=pending.meta)
+        summary = msgspec.structs.replace(
+            pending.meta.summary, event_count=0, turns=0, size=0
+        )
+        return Entry(
+            open=True, meta=msgspec.structs.replace(pending.meta, summary=summary)
+        )
 
 
 def _refuse_if_failed(handle: Handle) -> None:

@@ -32,12 +32,15 @@ from .format import (
     MAX_CONTROL_BYTES,
     MAX_HEADER_BYTES,
     SUFFIX_LEN,
+    TURN_END_PREFIX,
+    TYPE_PREFIX,
     Commit,
     Control,
     Header,
     Owner,
     Release,
     all_sealed,
+    count_turn_ends,
     decode_control,
     decode_controls,
     decode_header,
@@ -74,6 +77,9 @@ class ScanState:
         time: `updated_at` as of the last valid unit.
         owner: the last owner line.
         released: the last unit is a release of the current epoch.
+        turns: how many of the events are `turn/end` events.
+        size: the events' stored bytes, summed (each event line is its
+            event's bytes plus `SUFFIX_LEN`, the checksum field and newline).
     """
 
     flush: int = 0
@@ -82,9 +88,17 @@ class ScanState:
     time: int = 0
     owner: Owner | None = None
     released: bool = False
+    turns: int = 0
+    size: int = 0
 
-    def accept(self, control: Control, n: int, region: bytes | memoryview) -> bool:
-        """Apply a unit of `n` event lines (bytes `region`) if it is valid."""
+    def accept(
+        self, control: Control, n: int, region: bytes | memoryview, turns: int = 0
+    ) -> bool:
+        """Apply a unit of `n` event lines (bytes `region`) if it is valid.
+
+        `turns` is how many of those lines are `turn/end` events (the caller
+        counts them; `_fast` does so for many units at once, afterwards).
+        """
         if control.flush != self.flush + 1:
             return False
         if type(control) is Commit:
@@ -98,6 +112,8 @@ class ScanState:
             ):
                 return False
             self.released = False
+            self.turns += turns
+            self.size += control.len - SUFFIX_LEN * n
         elif n or control.seq != self.seq:
             return False
         elif type(control) is Owner:
@@ -253,6 +269,7 @@ def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int
     start = 0
     accepted = 0
     failed = False
+    seq = state.seq
     try:
         for k, mark in enumerate(marks):
             control = (
@@ -272,7 +289,27 @@ def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int
         view.release()
     if events is not None and taken:
         events.extend(map(add, map(_cut, taken), repeat(_CLOSE)))
+    if accepted:
+        state.turns += _turn_ends(buf, accepted, lines, start, state.seq - seq)
     return accepted, failed
+
+
+_LINE_TYPE: Final = b"\n" + TYPE_PREFIX
+_LINE_TURN_END: Final = b"\n" + TURN_END_PREFIX
+
+
+def _turn_ends(buf: bytes, end: int, lines: list[bytes], stop: int, events: int) -> int:
+    """How many `turn/end` events the whole units in `buf[:end]` hold.
+
+    `lines[:stop]` are those units' lines and `events` the number of event
+    lines among them. When every event line starts with its type, as core writes
+    them, two C-level counts over the buffer decide; otherwise each event
+    line is looked at.
+    """
+    typed = buf.count(_LINE_TYPE, 0, end) + buf.startswith(TYPE_PREFIX)
+    if typed == events:
+        return buf.count(_LINE_TURN_END, 0, end) + buf.startswith(TURN_END_PREFIX)
+    return count_turn_ends([x for x in lines[:stop] if not x.startswith(MARK)])
 
 
 def _lines(
@@ -330,7 +367,7 @@ def _slow(
             if control is None:
                 bad = offset
                 break
-            if not state.accept(control, len(pending), region):
+            if not state.accept(control, len(pending), region, count_turn_ends(raws)):
                 # Every line checked out on its own, yet they do not add up
                 # to this commit: the unit as a whole is the bad record.
                 bad = unit_start if pending else offset

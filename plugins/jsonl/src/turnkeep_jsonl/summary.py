@@ -2,8 +2,10 @@
 
 Owns what listing and summary updates need from disk: the header line, the
 sidecar (trusted only when it names the same log file), and the last control
-line of the log, found by reading backwards from the end. Nothing here
-validates the log; `scan` does that for `load` and for writers.
+line of the log, found by reading backwards from the end, whose numbers
+(events, turns, bytes) are the log's. Nothing here validates the log; `scan`
+does that for `load` and for writers, and here only for a log written before
+control lines carried turns and bytes (they are recomputed from it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Final
 import attrs
 import msgspec
 
+from turnkeep.errors import SessionCorruptError, UnsupportedFormatError
 from turnkeep.meta import SessionHeader, SessionSummary
 
 from .fileops import FileOps
@@ -29,13 +32,16 @@ from .format import (
     decode_header,
     decode_sidecar,
 )
+from .handle import scan_log
 from .names import LOG_SUFFIX, SIDECAR_SUFFIX
 
 __all__ = [
     "SIDECAR_LIMIT",
     "Inspected",
+    "Numbers",
     "inspect_session",
     "last_control",
+    "log_numbers",
     "merge_summary",
     "read_sidecar",
     "session_header",
@@ -84,19 +90,68 @@ def read_sidecar(
     return sidecar
 
 
-def merge_summary(sidecar: Sidecar | None, *, seq: int, time: int) -> SessionSummary:
+@attrs.frozen
+class Numbers:
+    """A log's numbers as of its last unit.
+
+    Attributes:
+        seq: its events.
+        time: `updated_at` as of that unit.
+        turns: its `turn/end` events.
+        size: its events' stored bytes.
+        released: that unit is a release.
+    """
+
+    seq: int = 0
+    time: int = 0
+    turns: int = 0
+    size: int = 0
+    released: bool = False
+
+
+def merge_summary(sidecar: Sidecar | None, numbers: Numbers) -> SessionSummary:
     """The summary shown for a session: the sidecar's, with the log's numbers.
 
-    The log wins where both speak: `event_count` is the log's, and
-    `updated_at` never goes back behind the log's last unit.
+    The log wins where both speak: `event_count`, `turns` and `size` are the
+    log's, and `updated_at` never goes back behind the log's last unit.
     """
-    if sidecar is None:
-        return SessionSummary(updated_at=time, event_count=seq)
+    summary = sidecar.summary if sidecar is not None else SessionSummary()
     return msgspec.structs.replace(
-        sidecar.summary,
-        updated_at=max(sidecar.summary.updated_at, time),
-        event_count=seq,
+        summary,
+        updated_at=max(summary.updated_at, numbers.time),
+        event_count=numbers.seq,
+        turns=numbers.turns,
+        size=numbers.size,
     )
+
+
+def log_numbers(
+    ops: FileOps, fd: int, size: int, header: Header, *, max_line: int
+) -> Numbers:
+    """A log's numbers, from its last control line when that carries them all.
+
+    A log whose last control line was written before `turns` and `size`
+    existed has them recomputed from the whole log (its next writer writes
+    them down again). A log that cannot be read so keeps the control line's
+    numbers: `load` reports what is wrong with it.
+
+    Raises:
+        OSError: the log cannot be read.
+    """
+    control = last_control(ops, fd, size)
+    if control is None:
+        return Numbers()
+    released = type(control) is Release
+    if control.turns is not None and control.size is not None:
+        return Numbers(control.seq, control.time, control.turns, control.size, released)
+    try:
+        result = scan_log(
+            ops, fd, size, session_id=header.id, collect=False, max_line=max_line
+        )
+    except (SessionCorruptError, UnsupportedFormatError):
+        return Numbers(control.seq, control.time, released=released)
+    state = result.state
+    return Numbers(state.seq, state.time, state.turns, state.size, state.released)
 
 
 def last_control(ops: FileOps, fd: int, size: int) -> Control | None:
@@ -133,8 +188,10 @@ class Inspected:
     released: bool
 
 
-def inspect_session(ops: FileOps, dir_fd: int, stem: str) -> Inspected | None:
-    """Read a session's header, sidecar and last control line.
+def inspect_session(
+    ops: FileOps, dir_fd: int, stem: str, *, max_line: int
+) -> Inspected | None:
+    """Read a session's header, sidecar and last control line (see `log_numbers`).
 
     Returns `None` when there is no such log, or when its header cannot be
     read by this code (damaged or newer); `load` reports those properly.
@@ -153,14 +210,12 @@ def inspect_session(ops: FileOps, dir_fd: int, stem: str) -> Inspected | None:
         header = decode_header(head[:newline]) if newline >= 0 else None
         if header is None or header.format != FORMAT_NAME:
             return None
-        control = last_control(ops, fd, size)
+        numbers = log_numbers(ops, fd, size, header, max_line=max_line)
     finally:
         ops.close(fd)
     sidecar = read_sidecar(ops, dir_fd, stem, header)
-    seq = control.seq if control is not None else 0
-    time = control.time if control is not None else 0
     return Inspected(
         header=header,
-        summary=merge_summary(sidecar, seq=seq, time=time),
-        released=type(control) is Release,
+        summary=merge_summary(sidecar, numbers),
+        released=numbers.released,
     )

@@ -23,7 +23,7 @@ from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession
 
 from .catalog import Catalog, Entry, Gone
-from .format import MAX_HEADER_BYTES, Release, Sidecar, encode_sidecar
+from .format import MAX_HEADER_BYTES, Sidecar, encode_sidecar
 from .handle import Handle, check_watermark, scan_log
 from .listing import Run, run_of
 from .locks import lock, unlock
@@ -37,8 +37,9 @@ from .names import (
 from .scan import ScanResult, check_header
 from .store import READ_FLAGS, Store, storage_error
 from .summary import (
+    Numbers,
     inspect_session,
-    last_control,
+    log_numbers,
     merge_summary,
     read_sidecar,
     session_header as core_header,
@@ -182,7 +183,9 @@ class Unheld:
             located = self.store.find(stem)
             if located is None:
                 return None
-            found = inspect_session(self.store.ops, located[1], stem)
+            found = inspect_session(
+                self.store.ops, located[1], stem, max_line=self.max_line
+            )
         except OSError:
             return None  # unreadable right now: `load` will say why
         if found is None or found.header.id != session_id:
@@ -196,7 +199,7 @@ class Unheld:
         stem, gfd = self._locate(session_id)
         ops = self.store.ops
         try:
-            found = inspect_session(ops, gfd, stem)
+            found = inspect_session(ops, gfd, stem, max_line=self.max_line)
             if found is not None:
                 # Durably "open" first: a crash halfway then leaves a line
                 # that `list` re-checks against the files, not a stale one.
@@ -250,15 +253,17 @@ class Unheld:
             head = ops.pread(fd, min(size, MAX_HEADER_BYTES), 0)
             newline = head.find(b"\n")
             header = check_header(head[: max(newline, 0)], session_id)
-            control = last_control(ops, fd, size)
+            numbers = log_numbers(ops, fd, size, header, max_line=self.max_line)
             old = read_sidecar(ops, gfd, stem, header)
-            seq = control.seq if control is not None else 0
-            time = control.time if control is not None else 0
             updated_at = max(
-                summary.updated_at, time, old.summary.updated_at if old else 0
+                summary.updated_at, numbers.time, old.summary.updated_at if old else 0
             )
             new = msgspec.structs.replace(
-                summary, updated_at=updated_at, event_count=seq
+                summary,
+                updated_at=updated_at,
+                event_count=numbers.seq,
+                turns=numbers.turns,
+                size=numbers.size,
             )
             entry = Entry(
                 open=True, meta=SessionMeta(header=core_header(header), summary=new)
@@ -273,8 +278,9 @@ class Unheld:
                 summary=new,
             )
             self.store.write_atomic(gfd, stem + SIDECAR_SUFFIX, encode_sidecar(sidecar))
-            released = type(control) is Release
-            self.catalog.append(msgspec.structs.replace(entry, open=not released))
+            self.catalog.append(
+                msgspec.structs.replace(entry, open=not numbers.released)
+            )
         except OSError as exc:
             raise storage_error(f"cannot update session {session_id!r}", exc) from exc
         finally:
@@ -282,6 +288,8 @@ class Unheld:
 
 
 def _loaded(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
-    summary = merge_summary(sidecar, seq=result.state.seq, time=result.state.time)
+    state = result.state
+    numbers = Numbers(state.seq, state.time, state.turns, state.size, state.released)
+    summary = merge_summary(sidecar, numbers)
     meta = SessionMeta(header=core_header(result.header), summary=summary)
     return LoadedSession(meta=meta, events=result.events)

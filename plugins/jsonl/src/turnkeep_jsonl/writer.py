@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+import attrs
+
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     SessionCorruptError,
@@ -25,12 +27,13 @@ from turnkeep.errors import (
     SessionFencedError,
     StorageError,
 )
-from turnkeep.meta import SessionSummary
+from turnkeep.meta import TURN_END_TYPE, SessionSummary
 
 from .claim import reconcile
 from .fileops import write_all
 from .format import (
     FORMAT_NAME,
+    SUFFIX_LEN,
     Header,
     Owner,
     Release,
@@ -101,6 +104,8 @@ def materialise(
         pid=os.getpid(),
         host=HOST,
         boot=BOOT,
+        turns=0,
+        size=0,
     )
     state.accept(owner, 0, b"")
     data = encode_header(header) + encode_owner(owner) + flush_bytes(state, records)
@@ -172,6 +177,8 @@ def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
     """The bytes of one flush after `state` (advanced past it): lines + commit."""
     region = encode_event_lines(records)
     time = max(state.time, records[-1].time)
+    turns = state.turns + sum(r.type == TURN_END_TYPE for r in records)
+    size = state.size + len(region) - SUFFIX_LEN * len(records)
     commit = encode_commit(
         flush=state.flush + 1,
         epoch=state.epoch,
@@ -179,11 +186,15 @@ def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
         time=time,
         region=region,
         n=len(records),
+        turns=turns,
+        size=size,
     )
     state.flush += 1
     state.seq += len(records)
     state.time = time
     state.released = False
+    state.turns = turns
+    state.size = size
     return region + commit
 
 
@@ -197,9 +208,7 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
     """
     ops = store.ops
     now = handle.state
-    state = ScanState(
-        flush=now.flush, seq=now.seq, epoch=now.epoch, time=now.time, owner=now.owner
-    )
+    state = attrs.evolve(now)
     data = flush_bytes(state, records)
     try:
         write_all(ops, handle.fd, data, handle.end)
@@ -241,7 +250,12 @@ def release(store: Store, handle: Handle, *, max_line: int) -> None:
             settle(store, handle, max_line=max_line)
             state = handle.state
             release_line = Release(
-                flush=state.flush + 1, epoch=state.epoch, seq=state.seq, time=state.time
+                flush=state.flush + 1,
+                epoch=state.epoch,
+                seq=state.seq,
+                time=state.time,
+                turns=state.turns,
+                size=state.size,
             )
             line = encode_release(release_line)
             try:

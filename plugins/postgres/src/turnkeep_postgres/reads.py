@@ -62,7 +62,10 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 
 def _meta(row: tuple[Any, ...]) -> SessionMeta:
     """A `SessionMeta` from a `_META` row (id, format, header, summary, ...)."""
-    session_id, format_version, header_text, summary_text, updated_at, count = row
+    (
+        session_id, format_version, header_text, summary_text, updated_at, count,
+        turns, size,
+    ) = row  # fmt: skip
     try:
         header = _header_decoder.decode(header_text)
         summary = _summary_decoder.decode(summary_text)
@@ -81,7 +84,11 @@ def _meta(row: tuple[Any, ...]) -> SessionMeta:
         # The column is what appends check; keep the two in agreement.
         header = msgspec.structs.replace(header, format_version=format_version)
     summary = msgspec.structs.replace(
-        summary, updated_at=int(updated_at), event_count=int(count)
+        summary,
+        updated_at=int(updated_at),
+        event_count=int(count),
+        turns=int(turns),
+        size=int(size),
     )
     return SessionMeta(header=header, summary=summary)
 

@@ -4,11 +4,12 @@ Layout (schema name from configuration, always quoted):
 
 - `sessions`: one row per session. Header and summary as `json` (msgspec's
   exact text, so a summary may hold any character), the columns SQL needs
-  (`format_version`, `updated_at`, `next_seq` = durable event count), and
-  ownership: `generation` (the fencing token), `owner` (a backend instance's
-  random token), `owner_info` (host and pid, for operators), `lease_until`
-  (server clock). A row with `next_seq = 0` is a claim placed by `create`,
-  invisible to reads until its first flush.
+  (`format_version`, `updated_at`, `next_seq` = durable event count), the
+  log's other numbers (`turns`, `size`: exact as of `counted_seq`, see
+  migration 2), and ownership: `generation` (the fencing token), `owner` (a
+  backend instance's random token), `owner_info` (host and pid, for
+  operators), `lease_until` (server clock). A row with `next_seq = 0` is a
+  claim placed by `create`, invisible to reads until its first flush.
 - `events`: `PRIMARY KEY (session_id, seq)`, `raw bytea` holding core's bytes
   verbatim (docs/adr/0008-postgres-bytea-and-leases.md says why not `jsonb`).
 - `schema_migrations`: one row per applied migration.
@@ -30,10 +31,12 @@ import attrs
 from psycopg import AsyncConnection, sql
 
 from turnkeep.errors import ConfigurationError, UnsupportedFormatError
+from turnkeep.meta import TURN_END_TYPE
 
 __all__ = [
     "LOCK_NAMESPACE",
     "SCHEMA_VERSION",
+    "TURN_END_PREFIX",
     "Migration",
     "ServerSettings",
     "check_server",
@@ -41,12 +44,16 @@ __all__ = [
     "migrate",
     "migrations",
     "read_version",
+    "turn_end_test",
 ]
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The schema version this code writes and the newest it reads."""
+
+TURN_END_PREFIX: Final = b'{"type":"%b"' % TURN_END_TYPE.encode()
+"""How a `turn/end` event's bytes start: core writes an event's type first."""
 
 LOCK_NAMESPACE: Final = 0x746B
 """First key of turnkeep's advisory locks (`"tk"`); the second is the schema's hash."""
@@ -109,10 +116,57 @@ def _migration_1(schema: sql.Identifier) -> Migration:
     )
 
 
+def turn_end_test(raw: sql.Composable) -> sql.Composed:
+    """SQL that is true when the event bytes `raw` are a `turn/end` event.
+
+    By the prefix core writes (`{"type":"turn/end"`), so no JSON is parsed.
+    """
+    return sql.SQL("substring({} FROM 1 FOR {}) = {}").format(
+        raw, sql.Literal(len(TURN_END_PREFIX)), sql.Literal(TURN_END_PREFIX)
+    )
+
+
+def _migration_2(schema: sql.Identifier) -> Migration:
+    """`turns` and `size` beside `next_seq`, filled from the stored events.
+
+    `counted_seq` is the `next_seq` as of which `turns` and `size` are exact:
+    this code moves all three together, while a worker of version 1 still
+    running moves `next_seq` alone. Reads then recount from the events, and
+    the next append of this code recounts and catches up.
+    """
+    sessions = sql.SQL("{}.sessions").format(schema)
+    events = sql.SQL("{}.events").format(schema)
+    return Migration(
+        2,
+        "turns and size",
+        (
+            sql.SQL(
+                "ALTER TABLE {sessions}"
+                " ADD COLUMN IF NOT EXISTS turns bigint NOT NULL DEFAULT 0"
+                " CHECK (turns >= 0),"
+                " ADD COLUMN IF NOT EXISTS size bigint NOT NULL DEFAULT 0"
+                " CHECK (size >= 0),"
+                " ADD COLUMN IF NOT EXISTS counted_seq bigint NOT NULL DEFAULT 0"
+            ).format(sessions=sessions),
+            # Idempotent: recomputes the same values from the same events.
+            sql.SQL(
+                "UPDATE {sessions} AS s SET (turns, size, counted_seq) = ("
+                "SELECT count(*) FILTER (WHERE {turn_end}),"
+                " COALESCE(sum(octet_length(e.raw)), 0), s.next_seq"
+                " FROM {events} AS e WHERE e.session_id = s.id AND e.seq < s.next_seq)"
+            ).format(
+                sessions=sessions,
+                events=events,
+                turn_end=turn_end_test(sql.SQL("e.raw")),
+            ),
+        ),
+    )
+
+
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
-    return (_migration_1(ident),)
+    return (_migration_1(ident), _migration_2(ident))
 
 
 async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:

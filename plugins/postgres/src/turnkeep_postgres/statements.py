@@ -6,6 +6,11 @@ with bind parameters only. Rendering once keeps the hot path free of
 composition work, and identical bytes let psycopg prepare each statement on
 a connection after a few uses.
 
+An append moves `next_seq`, `turns`, `size` and `counted_seq` together; reads
+return `turns` and `size` as stored while `counted_seq = next_seq`, and
+count them from the events otherwise (only after a worker of schema 1
+appended; the next append here stores the count again).
+
 The ownership rules live in the `WHERE` clauses here: a flush lands only if
 the row still names this instance as owner at the generation it took and the
 stored next seq equals the batch's first seq (compare-and-set, evaluated on
@@ -20,10 +25,28 @@ from typing import Any, Final, LiteralString
 import attrs
 from psycopg import AsyncConnection, sql
 
+from turnkeep_postgres.schema import turn_end_test
+
 __all__ = ["Queries"]
 
 _ROW: Final = "next_seq, generation, owner, format_version"
-_META: Final = "id, format_version, header::text, summary::text, updated_at, next_seq"
+_META: Final = (
+    "s.id, s.format_version, s.header::text, s.summary::text, s.updated_at,"
+    " s.next_seq, {turns_now}, {size_now}"
+)
+# The log's numbers beside `next_seq`, exact while `counted_seq` is
+# `next_seq`; otherwise (a schema-1 worker appended since) counted again from
+# the events. Used with the sessions table aliased `s`.
+_TURNS_NOW: Final = (
+    "CASE WHEN s.counted_seq = s.next_seq THEN s.turns ELSE {recount_turns} END"
+)
+_SIZE_NOW: Final = (
+    "CASE WHEN s.counted_seq = s.next_seq THEN s.size ELSE {recount_size} END"
+)
+_RECOUNT: Final = (
+    "(SELECT {what} FROM {events} AS e"
+    " WHERE e.session_id = s.id AND e.seq < s.next_seq)"
+)
 _LEASE: Final = "now() + make_interval(secs => %(lease)s)"
 # A claim that is free to take: no owner, ours, or its lease ran out.
 _FREE: Final = "owner IS NULL OR owner = %(owner)s OR lease_until < now()"
@@ -55,13 +78,29 @@ class Queries:
     async def render(cls, conn: AsyncConnection[Any], schema: str) -> Queries:
         """Compose every statement for `schema` and render it with `conn`."""
         ident = sql.Identifier(schema)
+        events = sql.SQL("{}.events").format(ident)
+        turn_end = turn_end_test(sql.SQL("e.raw"))
+        numbers: dict[str, sql.Composable] = {
+            "recount_turns": sql.SQL(_RECOUNT).format(
+                what=sql.SQL("count(*) FILTER (WHERE {})").format(turn_end),
+                events=events,
+            ),
+            "recount_size": sql.SQL(_RECOUNT).format(
+                what=sql.SQL("COALESCE(sum(octet_length(e.raw)), 0)"), events=events
+            ),
+        }
+        now = {
+            "turns_now": sql.SQL(_TURNS_NOW).format(**numbers),
+            "size_now": sql.SQL(_SIZE_NOW).format(**numbers),
+        }
         names: dict[str, sql.Composable] = {
             "sessions": sql.SQL("{}.sessions").format(ident),
-            "events": sql.SQL("{}.events").format(ident),
+            "events": events,
             "row": sql.SQL(_ROW),
-            "meta": sql.SQL(_META),
+            "meta": sql.SQL(_META).format(**now),
             "lease": sql.SQL(_LEASE),
             "free": sql.SQL(_FREE),
+            **now,
         }
         texts = _texts()
         rendered: dict[str, bytes] = {}
@@ -78,12 +117,15 @@ def _texts() -> dict[str, LiteralString]:
         "select_row": "SELECT {row} FROM {sessions} WHERE id = %(id)s",
         "append": (
             "WITH landed AS ("
-            " UPDATE {sessions} SET next_seq = next_seq + %(count)s,"
-            " updated_at = GREATEST(updated_at, %(time)s),"
+            " UPDATE {sessions} AS s SET next_seq = s.next_seq + %(count)s,"
+            " turns = {turns_now} + %(turns)s, size = {size_now} + %(size)s,"
+            " counted_seq = s.next_seq + %(count)s,"
+            " updated_at = GREATEST(s.updated_at, %(time)s),"
             " lease_until = {lease}"
-            " WHERE id = %(id)s AND owner = %(owner)s AND generation = %(generation)s"
-            " AND next_seq = %(first)s AND format_version <= %(format)s"
-            " RETURNING id)"
+            " WHERE s.id = %(id)s AND s.owner = %(owner)s"
+            " AND s.generation = %(generation)s"
+            " AND s.next_seq = %(first)s AND s.format_version <= %(format)s"
+            " RETURNING s.id)"
             " INSERT INTO {events} (session_id, seq, raw)"
             " SELECT landed.id, %(first)s + e.n - 1, e.raw"
             " FROM landed, unnest(%(raws)b::bytea[]) WITH ORDINALITY AS e(raw, n)"
@@ -94,8 +136,11 @@ def _texts() -> dict[str, LiteralString]:
         "append_many": (
             "WITH input AS (SELECT * FROM unnest(%(ids)s::text[],"
             " %(generations)s::bigint[], %(firsts)s::bigint[], %(counts)s::bigint[],"
-            " %(times)s::bigint[]) AS i(id, generation, first, count, time)),"
+            " %(times)s::bigint[], %(turns)s::bigint[], %(sizes)s::bigint[])"
+            " AS i(id, generation, first, count, time, turns, size)),"
             " landed AS (UPDATE {sessions} s SET next_seq = s.next_seq + i.count,"
+            " turns = {turns_now} + i.turns, size = {size_now} + i.size,"
+            " counted_seq = s.next_seq + i.count,"
             " updated_at = GREATEST(s.updated_at, i.time), lease_until = {lease}"
             " FROM input i WHERE s.id = i.id AND s.owner = %(owner)s"
             " AND s.generation = i.generation AND s.next_seq = i.first"
@@ -162,7 +207,7 @@ def _texts() -> dict[str, LiteralString]:
         ),
         "has": "SELECT 1 FROM {sessions} WHERE id = %(id)s AND next_seq > 0",
         "load_meta": (
-            "SELECT {meta} FROM {sessions} WHERE id = %(id)s AND next_seq > 0"
+            "SELECT {meta} FROM {sessions} AS s WHERE s.id = %(id)s AND s.next_seq > 0"
         ),
         "load_events": (
             "SELECT seq, CASE WHEN octet_length(raw) <= %(max)s THEN raw END,"
@@ -170,15 +215,15 @@ def _texts() -> dict[str, LiteralString]:
             " WHERE session_id = %(id)s AND seq < %(count)s ORDER BY seq"
         ),
         "list_first": (
-            "SELECT {meta} FROM {sessions} WHERE next_seq > 0"
-            " ORDER BY updated_at DESC, id LIMIT %(limit)s"
+            "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"
         ),
         # `updated_at <= u` bounds the index range; the second condition
         # only filters the rows that tie on `u`.
         "list_after": (
-            "SELECT {meta} FROM {sessions} WHERE next_seq > 0"
-            " AND updated_at <= %(updated_at)s"
-            " AND (updated_at < %(updated_at)s OR id > %(id)s)"
-            " ORDER BY updated_at DESC, id LIMIT %(limit)s"
+            "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " AND s.updated_at <= %(updated_at)s"
+            " AND (s.updated_at < %(updated_at)s OR s.id > %(id)s)"
+            " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"
         ),
     }

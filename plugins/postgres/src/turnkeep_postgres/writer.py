@@ -82,6 +82,7 @@ class Batched:
         first: the batch's first seq (the stored next seq it expects).
         time: the last record's time (the new `updated_at` at least).
         raws: the records' bytes, in seq order.
+        turns: how many of the records are `turn/end` events.
         owner: this instance's owner token.
         lease_s: the lease to set, in seconds.
         landed: applies the in-memory effects once its rows matched.
@@ -93,6 +94,7 @@ class Batched:
     first: int
     time: int
     raws: list[bytes]
+    turns: int
     owner: uuid.UUID
     lease_s: float
     landed: Callable[[Tx], None]
@@ -346,6 +348,8 @@ class Writer:
             "firsts": [i.first for _, i in items],
             "counts": [len(i.raws) for _, i in items],
             "times": [i.time for _, i in items],
+            "turns": [i.turns for _, i in items],
+            "sizes": [sum(map(len, i.raws)) for _, i in items],
             "sids": [i.session_id for _, i in items for _ in i.raws],
             "seqs": [i.first + n for _, i in items for n in range(len(i.raws))],
             "raws": [raw for _, i in items for raw in i.raws],

@@ -32,7 +32,7 @@ from turnkeep.errors import (
     StorageError,
     UnsupportedFormatError,
 )
-from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE, SessionMeta, SessionSummary
 from turnkeep_postgres.writer import Batched, Op, Tx
 
 __all__ = [
@@ -151,7 +151,7 @@ def create(state: OwnerState, meta: SessionMeta) -> Op[None]:
     async def run(tx: Tx) -> None:
         if session_id in state.pending:
             raise SessionExistsError(f"session {session_id!r} already exists")
-        summary = msgspec.structs.replace(meta.summary, event_count=0)
+        summary = msgspec.structs.replace(meta.summary, event_count=0, turns=0, size=0)
         cur = await tx.conn.execute(
             tx.queries.create,
             {
@@ -207,6 +207,7 @@ def append(
     if records:
         _check_batch(session_id, records, state.max_event_bytes)
     raws = [bytes(r.raw) for r in records]
+    turns = sum(r.type == TURN_END_TYPE for r in records)
 
     async def run(tx: Tx) -> None:
         generation = state.held.get(session_id)
@@ -224,6 +225,8 @@ def append(
                 "generation": generation,
                 "first": first,
                 "count": len(raws),
+                "turns": turns,
+                "size": sum(map(len, raws)),
                 "time": records[-1].time,
                 "format": FORMAT_VERSION,
                 "lease": state.lease_s,
@@ -250,6 +253,7 @@ def append(
             first=records[0].seq,
             time=records[-1].time,
             raws=raws,
+            turns=turns,
             owner=state.token,
             lease_s=state.lease_s,
             landed=landed,
@@ -376,7 +380,7 @@ def renew(state: OwnerState) -> Op[set[str]]:
 
 def update(state: OwnerState, session_id: str, summary: SessionSummary) -> Op[None]:
     """Replace the summary; an owner that was taken over is fenced."""
-    stored = msgspec.structs.replace(summary, event_count=0)
+    stored = msgspec.structs.replace(summary, event_count=0, turns=0, size=0)
 
     async def run(tx: Tx) -> None:
         generation = state.held.get(session_id)

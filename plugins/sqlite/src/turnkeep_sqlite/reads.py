@@ -55,17 +55,17 @@ _TOOBIG: Final = 18
 # Every query below selects the metadata columns in this order (see `_meta`).
 _LOAD_META: Final = (
     "SELECT key, id, format_version, created_at, cwd, parent_id, parent_seq, "
-    "updated_at, title, first_prompt, status, next_seq "
+    "updated_at, title, first_prompt, status, next_seq, turns, size "
     "FROM sessions WHERE id = ? AND next_seq > 0"
 )
 _LIST_FIRST: Final = (
     "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
-    "updated_at, title, first_prompt, status, next_seq "
+    "updated_at, title, first_prompt, status, next_seq, turns, size "
     "FROM sessions WHERE next_seq > 0 ORDER BY updated_at DESC, id LIMIT ?"
 )
 _LIST_AFTER: Final = (
     "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
-    "updated_at, title, first_prompt, status, next_seq "
+    "updated_at, title, first_prompt, status, next_seq, turns, size "
     "FROM sessions WHERE next_seq > 0 "
     "AND (updated_at < ?1 OR (updated_at = ?1 AND id > ?2)) "
     "ORDER BY updated_at DESC, id LIMIT ?3"
@@ -252,7 +252,7 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 def _meta(row: tuple[Any, ...]) -> SessionMeta:
     (
         session_id, format_version, created_at, cwd, parent_id, parent_seq,
-        updated_at, title, first_prompt, status, next_seq,
+        updated_at, title, first_prompt, status, next_seq, turns, size,
     ) = row  # fmt: skip
     return SessionMeta(
         header=SessionHeader(
@@ -270,6 +270,8 @@ def _meta(row: tuple[Any, ...]) -> SessionMeta:
             first_prompt=first_prompt,
             status=status,
             event_count=next_seq,
+            turns=turns,
+            size=size,
         ),
     )
 

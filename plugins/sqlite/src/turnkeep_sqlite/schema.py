@@ -23,6 +23,7 @@ from typing import Final, TypeVar
 from urllib.parse import quote
 
 from turnkeep.errors import ConfigurationError, StorageError, UnsupportedFormatError
+from turnkeep.meta import TURN_END_TYPE
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import read_header
 from turnkeep_sqlite.sqlerrors import is_busy, storage_error
@@ -40,19 +41,62 @@ T = TypeVar("T")
 
 log = logging.getLogger("turnkeep_sqlite")
 
-SCHEMA_VERSION: Final = 1
-"""The schema this code writes, and the newest it reads."""
+SCHEMA_VERSION: Final = 2
+"""The schema this code writes, and the newest it reads.
+
+1: sessions, events, schema_migrations. 2: `sessions.turns` and
+`sessions.size` (the log's `turn/end` events and event bytes), filled from
+the events of existing sessions.
+"""
 
 APPLICATION_ID: Final = 0x544B5351
 """`PRAGMA application_id` of a turnkeep database ("TKSQ")."""
 
 _STATUSES: Final = "('active', 'idle', 'interrupted', 'failed', 'closed')"
 
-# One tuple of statements per version; `executescript` would commit early.
-_MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
+_Step = Callable[[sqlite3.Connection], None]
+
+
+def _statements(*statements: str) -> _Step:
+    """A migration step that runs `statements` in order."""
+
+    def run(conn: sqlite3.Connection) -> None:
+        for statement in statements:
+            conn.execute(statement)
+
+    return run
+
+
+def _turns_and_size(conn: sqlite3.Connection) -> None:
+    """Version 2: the log's numbers beside `next_seq`, filled from the events.
+
+    Adds `turns` (events of type `turn/end`) and `size` (their stored bytes,
+    summed) to `sessions` unless they are there, then computes both for every
+    session from its events below `next_seq`. Run inside the migration's
+    transaction, so it lands whole or not at all, and running it again
+    computes the same values.
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    for column in ("turns", "size"):
+        if column not in columns:
+            conn.execute(
+                f"ALTER TABLE sessions ADD COLUMN {column} INTEGER NOT NULL "
+                f"DEFAULT 0 CHECK (typeof({column}) = 'integer' AND {column} >= 0)"
+            )
+    conn.execute(
+        "UPDATE sessions SET (turns, size) = ("
+        "SELECT coalesce(sum(type = ?), 0), coalesce(sum(length(raw)), 0) "
+        "FROM events WHERE session_key = sessions.key AND seq < sessions.next_seq)",
+        (TURN_END_TYPE,),
+    )
+
+
+# One step per version, each run in the migration's one transaction
+# (`executescript` would commit early).
+_MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
     (
         1,
-        (
+        _statements(
             """CREATE TABLE IF NOT EXISTS sessions (
                 key            INTEGER PRIMARY KEY,
                 id             TEXT NOT NULL UNIQUE,
@@ -95,6 +139,7 @@ _MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
             )""",
         ),
     ),
+    (2, _turns_and_size),
 )
 
 _SYNC_LEVELS: Final = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
@@ -287,11 +332,10 @@ def _migrate(conn: sqlite3.Connection, path: Path, *, pid: int) -> None:
                 "the SQLite file already holds tables of another application; "
                 "point `path` at a new file or at a turnkeep database"
             )
-        for step, statements in _MIGRATIONS:
+        for step, apply in _MIGRATIONS:
             if step <= version:
                 continue
-            for statement in statements:
-                conn.execute(statement)
+            apply(conn)
             conn.execute(
                 "INSERT INTO schema_migrations (version, applied_at, pid) "
                 "VALUES (?, ?, ?)",

@@ -33,7 +33,7 @@ from turnkeep.errors import (
     SessionNotFoundError,
     UnsupportedFormatError,
 )
-from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE, SessionMeta, SessionSummary
 from turnkeep_sqlite.owner import ProcessIdentity, is_alive
 from turnkeep_sqlite.writer import Tx
 
@@ -201,9 +201,15 @@ def append(
         [(key, r.seq, r.type, r.time, r.raw) for r in records],
     )
     conn.execute(
-        "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?) "
-        "WHERE key = ?",
-        (next_seq + len(records), records[-1].time, key),
+        "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?), "
+        "turns = turns + ?, size = size + ? WHERE key = ?",
+        (
+            next_seq + len(records),
+            records[-1].time,
+            sum(r.type == TURN_END_TYPE for r in records),
+            sum(len(r.raw) for r in records),
+            key,
+        ),
     )
 
 
@@ -253,6 +259,8 @@ def update(
         staged = msgspec.structs.replace(
             summary,
             event_count=0,
+            turns=0,
+            size=0,
             updated_at=max(summary.updated_at, pending.summary.updated_at),
         )
         state.stage(tx, session_id, msgspec.structs.replace(pending, summary=staged))
