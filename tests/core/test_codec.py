@@ -128,6 +128,51 @@ def test_decode_log_refuses_gaps_with_the_offset() -> None:
     assert info.value.offset == 1
 
 
+def _log(codec: EventCodec, *texts: str) -> list[bytes]:
+    return [
+        codec.encode(UserMessage(seq=i, time=1, data=UserMessageData(text=t)))
+        for i, t in enumerate(texts)
+    ]
+
+
+def test_decode_log_keeps_an_ignorable_event_in_the_middle() -> None:
+    note = define_event_type("plug/mid", ignorable=True)
+    writer = EventCodec(types=[note])
+    raws = _log(writer, "a", "b", "c")
+    raws[1] = writer.encode(note(seq=1, time=1, data={"k": 1}))
+    events = EventCodec().decode_log(raws, session_id="s")
+    assert [e.type for e in events] == ["user/message", "plug/mid", "user/message"]
+    assert [e.seq for e in events] == [0, 1, 2]
+
+
+def test_decode_log_names_a_strict_unknown_type_and_a_bad_payload() -> None:
+    strict = define_event_type("plug/strict-mid")
+    writer = EventCodec(types=[strict])
+    raws = _log(writer, "a", "b", "c")
+    raws[2] = writer.encode(strict(seq=2, time=1, data={}))
+    with pytest.raises(UnknownEventTypeError, match="plug/strict-mid"):
+        EventCodec().decode_log(raws, session_id="s")
+    raws[2] = b'{"type":"user/message","seq":2,"time":1,"data":{"text":5}}'
+    with pytest.raises(SessionCorruptError) as info:
+        EventCodec().decode_log(raws, session_id="s")
+    assert info.value.offset == 2
+
+
+def test_decode_log_refuses_an_oversized_stored_event_with_its_offset() -> None:
+    codec = EventCodec(max_event_bytes=200)
+    raws = _log(EventCodec(), "a", "x" * 500, "c")
+    with pytest.raises(SessionCorruptError, match="#1") as info:
+        codec.decode_log(raws, session_id="s")
+    assert info.value.offset == 1
+
+
+def test_decode_log_of_an_empty_log_and_of_a_generator() -> None:
+    codec = EventCodec()
+    assert codec.decode_log([], session_id="s") == []
+    raws = _log(codec, "a", "b")
+    assert [e.seq for e in codec.decode_log(iter(raws), session_id="s")] == [0, 1]
+
+
 def test_stored_event_over_the_limit_is_refused_at_load() -> None:
     big = EventCodec().encode(
         UserMessage(seq=0, time=1, data=UserMessageData(text="x" * 500))
