@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import pytest
 from tests.cli.support import SCRIPT, Store, cli, converse, one_line_error
 
 from turnkeep.cli.output import format_size
@@ -75,6 +76,24 @@ def test_ls_shows_turns_and_size_from_the_summaries(store: Store) -> None:
     assert three.split()[-4:] == ["3", "idle", *format_size(size["three"]).split()]
     assert size["three"] >= 1024  # shown in KiB, with one decimal
     assert three.endswith(" KiB")
+
+
+def test_ls_keeps_one_line_per_session_in_a_narrow_terminal(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(converse(store, "s1", prompts=("only",)))
+    long_title = "a title far too long for the terminal " * 4
+    assert cli("title", "s1", long_title, store=store).exit_code == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    result = cli("ls", store=store)
+    assert result.exit_code == 0, result.stderr
+    header, row, *rest = result.stdout.splitlines()
+    assert rest == []  # the title gave way instead of wrapping
+    assert header.split() == ["ID", "TITLE", "UPDATED", "TURNS", "STATUS", "SIZE"]
+    assert row.startswith("s1 ")
+    assert "\u2026" in row  # cut with an ellipsis
+    assert row.split()[-4:-2] == ["1", "idle"]
+    assert row.endswith(("B", "KiB"))
 
 
 def test_sizes_are_shown_for_people() -> None:

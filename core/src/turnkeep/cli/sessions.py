@@ -149,13 +149,20 @@ def _print_table(metas: list[SessionMeta]) -> None:
         ("STATUS", "left"),
         ("SIZE", "right"),
     ):
-        table.add_column(name, justify=justify, no_wrap=name != "TITLE")  # pyright: ignore[reportArgumentType]
+        # One line per session, however narrow the terminal: the title
+        # gives way (cut with an ellipsis), the other columns never wrap.
+        # (The title column stays shrinkable; its text never wraps.)
+        table.add_column(
+            name,
+            justify=justify,  # pyright: ignore[reportArgumentType]
+            no_wrap=name != "TITLE",
+        )
     for meta in metas:
         summary = meta.summary
         title = summary.title or summary.first_prompt or ""
         table.add_row(
             Text(clean(meta.id)),
-            Text(shorten(title, 60)),
+            Text(shorten(title, 60), no_wrap=True, overflow="ellipsis"),
             format_time(summary.updated_at),
             str(summary.turns),
             summary.status,
