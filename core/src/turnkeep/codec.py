@@ -14,8 +14,6 @@ other unknown type refuses the log with `UnknownEventTypeError`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import count
-from operator import attrgetter, eq
 from typing import Any, Final
 
 import attrs
@@ -39,9 +37,6 @@ __all__ = ["DEFAULT_MAX_EVENT_BYTES", "EventCodec", "EventRecord"]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 """Default ceiling on one encoded event (16 MiB)."""
-
-
-_seq: Final = attrgetter("seq")
 
 
 class EventRecord(msgspec.Struct, frozen=True, gc=False):
@@ -190,10 +185,6 @@ class EventCodec:
                 `offset` is the index of the first bad event.
             UnknownEventTypeError: see `decode`.
         """
-        raws = list(raws)
-        fast = self._decode_whole(raws)
-        if fast is not None:
-            return fast
         events: list[SessionEvent] = []
         decode = self.decode
         for index, raw in enumerate(raws):
@@ -215,23 +206,6 @@ class EventCodec:
                     offset=index,
                 )
             events.append(event)
-        return events
-
-    def _decode_whole(self, raws: list[bytes]) -> list[SessionEvent] | None:
-        """The common case of `decode_log` in C-level passes, or `None`.
-
-        `None` when any event is oversized, undecodable, of a type this
-        codec does not know, or out of place: the per-event loop then runs
-        and names the first such event.
-        """
-        if not raws or max(map(len, raws)) > self.max_event_bytes:
-            return None
-        try:
-            events = list(map(self._decoder.decode, raws))
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            return None
-        if not all(map(eq, map(_seq, events), count())):
-            return None
         return events
 
     def _decode_unknown(
