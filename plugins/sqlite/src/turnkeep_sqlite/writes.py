@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from itertools import count, repeat
-from operator import attrgetter, eq
 from typing import Final, NamedTuple, TypeVar
 
 import attrs
@@ -65,10 +63,6 @@ class WriterState:
         max_event_bytes: the largest event `append` accepts.
         held: the generation held per session id.
         pending: created sessions not yet flushed (their metadata).
-        keys: the row key last seen per session id. A hint for `append`'s
-            one-statement path, never trusted: that statement matches the
-            id, owner and generation too, and a stale key only sends the
-            append down the path that reads the row first.
     """
 
     token: str
@@ -76,7 +70,6 @@ class WriterState:
     max_event_bytes: int
     held: dict[str, int] = attrs.field(factory=dict[str, int])
     pending: dict[str, SessionMeta] = attrs.field(factory=dict[str, SessionMeta])
-    keys: dict[str, int] = attrs.field(factory=dict[str, int])
 
     def hold(self, tx: Tx, session_id: str, generation: int | None) -> None:
         """Record (or with `None`, forget) the generation held, undoably."""
@@ -160,8 +153,6 @@ def append(
     tx: Tx, state: WriterState, session_id: str, records: Sequence[EventRecord]
 ) -> None:
     """Append one flush after the version, owner and seq checks."""
-    if records and _append_held(tx, state, session_id, records):
-        return
     conn = tx.conn
     row = _row(conn, session_id)
     pending = state.pending.get(session_id)
@@ -205,105 +196,21 @@ def append(
         )
         state.stage(tx, session_id, None)
     key = row.key
-    _insert(conn, key, records)
+    conn.executemany(
+        "INSERT INTO events (session_key, seq, type, time, raw) VALUES (?, ?, ?, ?, ?)",
+        [(key, r.seq, r.type, r.time, r.raw) for r in records],
+    )
     conn.execute(
         "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?), "
         "turns = turns + ?, size = size + ? WHERE key = ?",
         (
             next_seq + len(records),
             records[-1].time,
-            _turn_ends(records),
-            sum(map(len, map(_raw, records))),
+            sum(r.type == TURN_END_TYPE for r in records),
+            sum(len(r.raw) for r in records),
             key,
         ),
     )
-    state.keys[session_id] = key
-
-
-# The held session's flush as one compare-and-set: it moves the row only if
-# it is still this session's, held by this owner at this generation, at the
-# flush's first seq, of a format this code writes, with its last
-# acknowledged event present: everything the full path checks, none of it
-# read back into Python first.
-_APPEND_HELD: Final = (
-    "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?), "
-    "turns = turns + ?, size = size + ? "
-    "WHERE key = ? AND id = ? AND owner_token = ? AND generation = ? "
-    "AND next_seq = ? AND format_version <= ? "
-    "AND EXISTS (SELECT 1 FROM events WHERE session_key = ? AND seq = ?)"
-)
-
-_INSERT: Final = (
-    "INSERT INTO events (session_key, seq, type, time, raw) VALUES (?, ?, ?, ?, ?)"
-)
-
-_seq = attrgetter("seq")
-_raw = attrgetter("raw")
-_type = attrgetter("type")
-_time = attrgetter("time")
-
-
-def _append_held(
-    tx: Tx, state: WriterState, session_id: str, records: Sequence[EventRecord]
-) -> bool:
-    """The common append in two statements; `False` when it does not apply.
-
-    Applies to a session this instance holds, already stored, whose flush
-    is contiguous and within the size limit. `False` means nothing was
-    written and the full path must run: it reads the row, and either finds
-    the same answer or names what is wrong.
-    """
-    generation = state.held.get(session_id)
-    key = state.keys.get(session_id)
-    first = records[0].seq
-    if generation is None or key is None or first == 0 or session_id in state.pending:
-        return False
-    raws = list(map(_raw, records))
-    if not (
-        all(map(eq, map(_seq, records), count(first)))
-        and max(map(len, raws)) <= state.max_event_bytes
-    ):
-        return False
-    conn = tx.conn
-    moved = conn.execute(
-        _APPEND_HELD,
-        (
-            first + len(records),
-            records[-1].time,
-            _turn_ends(records),
-            sum(map(len, raws)),
-            key,
-            session_id,
-            state.token,
-            generation,
-            first,
-            FORMAT_VERSION,
-            key,
-            first - 1,
-        ),
-    ).rowcount
-    if moved != 1:
-        return False
-    _insert(conn, key, records)
-    return True
-
-
-def _insert(conn: sqlite3.Connection, key: int, records: Sequence[EventRecord]) -> None:
-    conn.executemany(
-        _INSERT,
-        zip(
-            repeat(key, len(records)),
-            map(_seq, records),
-            map(_type, records),
-            map(_time, records),
-            map(_raw, records),
-            strict=True,
-        ),
-    )
-
-
-def _turn_ends(records: Sequence[EventRecord]) -> int:
-    return list(map(_type, records)).count(TURN_END_TYPE)
 
 
 def claim(tx: Tx, state: WriterState, session_id: str, *, steal: bool) -> None:
@@ -381,7 +288,6 @@ def delete(tx: Tx, state: WriterState, session_id: str) -> None:
     if cursor.rowcount == 0:
         raise SessionNotFoundError(f"no stored session {session_id!r}")
     state.hold(tx, session_id, None)
-    state.keys.pop(session_id, None)
 
 
 # -- internals -----------------------------------------------------------------
