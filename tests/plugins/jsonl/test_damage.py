@@ -202,6 +202,30 @@ def expected_prefix(data: bytes) -> dict[int, int]:
     return ends
 
 
+def test_damage_in_the_last_two_flushes_with_the_last_commit_line_lost(
+    sample_log: bytes,
+) -> None:
+    # Flush N-1 damaged inside, flush N's commit line damaged: no valid
+    # control line numbered past N-1 remains, but flush N's event lines
+    # follow N-1's intact commit line. They could only have been written
+    # after N-1 was acknowledged, so N-1's damage is acknowledged data.
+    (before_start, _), (last_start, last_end) = units(sample_log)[-2:]
+    out = bytearray(sample_log)
+    line_end = sample_log.index(b"\n", before_start)
+    out[line_end - 30] ^= 0x20  # inside N-1's first event line
+    out[last_end - 30] ^= 0x20  # inside N's commit line (the log's last line)
+    assert sample_log.rfind(b"\n", 0, last_end - 1) < last_end - 30
+    with pytest.raises(SessionCorruptError) as info:
+        parse(bytes(out))
+    assert info.value.offset == before_start
+    # Damage to N's commit line alone is still only a torn last flush.
+    alone = bytearray(sample_log)
+    alone[last_end - 30] ^= 0x20
+    written = parse(sample_log)
+    last_events = sample_log.count(b"\n", last_start, last_end) - 1
+    assert parse(bytes(alone)) == written[: len(written) - last_events]
+
+
 def test_truncation_at_every_offset_loads_the_flushes_before_it(
     sample_log: bytes,
 ) -> None:

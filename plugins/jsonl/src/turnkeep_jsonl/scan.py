@@ -384,19 +384,29 @@ def _slow(
             break
         pending.append(line)
         raws.append(raw)
-    if bad is not None and _durable_after(read, data_from, bad, size, state.flush + 2):
+    if bad is not None and _durable_after(
+        read, data_from, bad, size, state.flush + 2, max_line
+    ):
         raise _corrupt(header.id, bad, "a record is damaged")
     return ScanResult(header, events or [], unit_start, size, state, bad)
 
 
 def _durable_after(
-    read: Reader, data_from: DataFrom, start: int, size: int, flush: int
+    read: Reader,
+    data_from: DataFrom,
+    start: int,
+    size: int,
+    flush: int,
+    max_line: int,
 ) -> bool:
-    """Whether a valid control line numbered `flush` or more lies after `start`.
+    """Whether a record after `start` proves unit `flush - 1` was acknowledged.
 
-    Such a line proves the bytes before it were already durable when it was
-    written (a flush starts only after the previous one was fsynced). Holes
-    (zeros never written) hold no line and are skipped.
+    A unit starts only after the one before it was fsynced, so any record of
+    unit `flush` or later proves every byte before that unit was durable.
+    Two kinds of record say so: a valid control line numbered `flush` or
+    more, and a valid event line following the valid control line of unit
+    `flush - 1` with a seq at or past that line's (an event of a later
+    unit). Holes (zeros never written) hold no line and are skipped.
     """
     overlap = MAX_CONTROL_BYTES
     at = start
@@ -420,8 +430,31 @@ def _durable_after(
                 control = decode_control(chunk[begin:end])
                 if control is not None and control.flush >= flush:
                     return True
+                if (
+                    control is not None
+                    and control.flush == flush - 1
+                    and _later_event(read, at + end + 1, size, control.seq, max_line)
+                ):
+                    return True
             found = chunk.find(_NEEDLE, begin)
         if at + len(chunk) >= size:
             return False
         at += len(chunk) - overlap
+    return False
+
+
+def _later_event(read: Reader, pos: int, size: int, seq: int, max_line: int) -> bool:
+    """Whether a valid event line with a seq of `seq` or more starts at or after `pos`.
+
+    Only a whole, sealed line counts; the search ends at the first line too
+    long or unfinished to judge.
+    """
+    for _, line in _lines(read, pos, size, max_line):
+        if line is None:
+            return False
+        if line.startswith(MARK):
+            continue  # a control line: the caller judges those
+        raw = unseal(line)
+        if raw is not None and (found := event_seq(raw)) is not None and found >= seq:
+            return True
     return False
