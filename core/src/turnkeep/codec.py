@@ -32,11 +32,25 @@ from turnkeep.events import (
     event_type_name,
     make_event_class,
 )
+from turnkeep.meta import TURN_END_TYPE
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "EventCodec", "EventRecord"]
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "TURN_END_PREFIX",
+    "TYPE_PREFIX",
+    "EventCodec",
+    "EventRecord",
+    "count_turn_ends",
+]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 """Default ceiling on one encoded event (16 MiB)."""
+
+TYPE_PREFIX: Final = b'{"type":"'
+"""How every event's bytes start: the codec writes the `type` key first."""
+
+TURN_END_PREFIX: Final = b'{"type":"%b"' % TURN_END_TYPE.encode()
+"""How a `turn/end` event's bytes start (backends count turns by it)."""
 
 
 class EventRecord(msgspec.Struct, frozen=True, gc=False):
@@ -51,6 +65,11 @@ class EventRecord(msgspec.Struct, frozen=True, gc=False):
     type: str
     time: int
     raw: bytes
+
+
+def count_turn_ends(records: Iterable[EventRecord]) -> int:
+    """How many of `records` are `turn/end` events (`SessionSummary.turns`)."""
+    return sum(r.type == TURN_END_TYPE for r in records)
 
 
 class _Envelope(msgspec.Struct, gc=False):

@@ -20,7 +20,7 @@ from typing import Any, Final
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord
+from turnkeep.codec import EventRecord, count_turn_ends
 from turnkeep.errors import (
     InvalidCursorError,
     SequenceError,
@@ -33,7 +33,7 @@ from turnkeep.errors import (
 )
 from turnkeep.hookspecs import hookimpl
 from turnkeep.ids import validate_session_id
-from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE, SessionMeta, SessionSummary
+from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
 
 __all__ = ["MemoryPersistence", "MemoryStorage", "register_persistence"]
@@ -134,7 +134,7 @@ class MemoryPersistence:
             stored.meta,
             updated_at=max(summary.updated_at, events[-1].time),
             event_count=len(stored.events),
-            turns=summary.turns + sum(r.type == TURN_END_TYPE for r in events),
+            turns=summary.turns + count_turn_ends(events),
             size=summary.size + sum(len(r.raw) for r in events),
         )
 

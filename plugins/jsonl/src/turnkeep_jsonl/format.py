@@ -22,7 +22,7 @@ from typing import Final, TypeAlias
 
 import msgspec
 
-from turnkeep.codec import EventRecord
+from turnkeep.codec import TURN_END_PREFIX, TYPE_PREFIX, EventRecord
 from turnkeep.meta import TURN_END_TYPE, ForkPoint, SessionSummary
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "MAX_CONTROL_BYTES",
     "MAX_HEADER_BYTES",
     "SUFFIX_LEN",
-    "TURN_END_PREFIX",
-    "TYPE_PREFIX",
     "Commit",
     "Control",
     "Header",
@@ -61,10 +59,6 @@ __all__ = [
 
 FORMAT_NAME: Final = "turnkeep-jsonl"
 MARK: Final = b'{"mark":"'
-TYPE_PREFIX: Final = b'{"type":"'
-"""How core's event bytes start (the `type` key first)."""
-TURN_END_PREFIX: Final = b'{"type":"%b"' % TURN_END_TYPE.encode()
-"""How a `turn/end` event's bytes start, as core writes them."""
 SUFFIX_LEN: Final = 18
 """Length of `,"crc":"xxxxxxxx"}`, the tail every line ends with."""
 MAX_HEADER_BYTES: Final = 64 * 1024

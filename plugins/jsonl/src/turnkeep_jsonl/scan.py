@@ -23,6 +23,7 @@ from typing import Final
 
 import attrs
 
+from turnkeep.codec import TURN_END_PREFIX, TYPE_PREFIX
 from turnkeep.errors import SessionCorruptError, UnsupportedFormatError
 from turnkeep.meta import FORMAT_VERSION
 
@@ -32,8 +33,6 @@ from .format import (
     MAX_CONTROL_BYTES,
     MAX_HEADER_BYTES,
     SUFFIX_LEN,
-    TURN_END_PREFIX,
-    TYPE_PREFIX,
     Commit,
     Control,
     Header,

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 
 import attrs
 
-from turnkeep.codec import EventRecord
+from turnkeep.codec import EventRecord, count_turn_ends
 from turnkeep.errors import (
     SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
     StorageError,
 )
-from turnkeep.meta import TURN_END_TYPE, SessionSummary
+from turnkeep.meta import SessionSummary
 
 from .claim import reconcile
 from .fileops import write_all
@@ -177,7 +177,7 @@ def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
     """The bytes of one flush after `state` (advanced past it): lines + commit."""
     region = encode_event_lines(records)
     time = max(state.time, records[-1].time)
-    turns = state.turns + sum(r.type == TURN_END_TYPE for r in records)
+    turns = state.turns + count_turn_ends(records)
     size = state.size + len(region) - SUFFIX_LEN * len(records)
     commit = encode_commit(
         flush=state.flush + 1,

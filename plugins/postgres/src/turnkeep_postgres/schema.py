@@ -30,13 +30,12 @@ from typing import Any, Final
 import attrs
 from psycopg import AsyncConnection, sql
 
+from turnkeep.codec import TURN_END_PREFIX
 from turnkeep.errors import ConfigurationError, UnsupportedFormatError
-from turnkeep.meta import TURN_END_TYPE
 
 __all__ = [
     "LOCK_NAMESPACE",
     "SCHEMA_VERSION",
-    "TURN_END_PREFIX",
     "Migration",
     "ServerSettings",
     "check_server",
@@ -51,9 +50,6 @@ log = logging.getLogger("turnkeep_postgres")
 
 SCHEMA_VERSION: Final = 2
 """The schema version this code writes and the newest it reads."""
-
-TURN_END_PREFIX: Final = b'{"type":"%b"' % TURN_END_TYPE.encode()
-"""How a `turn/end` event's bytes start: core writes an event's type first."""
 
 LOCK_NAMESPACE: Final = 0x746B
 """First key of turnkeep's advisory locks (`"tk"`); the second is the schema's hash."""

@@ -21,7 +21,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord
+from turnkeep.codec import EventRecord, count_turn_ends
 from turnkeep.errors import (
     EventTooLargeError,
     SequenceError,
@@ -32,7 +32,7 @@ from turnkeep.errors import (
     StorageError,
     UnsupportedFormatError,
 )
-from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE, SessionMeta, SessionSummary
+from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep_postgres.writer import Batched, Op, Tx
 
 __all__ = [
@@ -207,7 +207,7 @@ def append(
     if records:
         _check_batch(session_id, records, state.max_event_bytes)
     raws = [bytes(r.raw) for r in records]
-    turns = sum(r.type == TURN_END_TYPE for r in records)
+    turns = count_turn_ends(records)
 
     async def run(tx: Tx) -> None:
         generation = state.held.get(session_id)

@@ -22,7 +22,7 @@ from typing import Final, NamedTuple, TypeVar
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord
+from turnkeep.codec import EventRecord, count_turn_ends
 from turnkeep.errors import (
     EventTooLargeError,
     SequenceError,
@@ -33,7 +33,7 @@ from turnkeep.errors import (
     SessionNotFoundError,
     UnsupportedFormatError,
 )
-from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE, SessionMeta, SessionSummary
+from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep_sqlite.owner import ProcessIdentity, is_alive
 from turnkeep_sqlite.writer import Tx
 
@@ -206,7 +206,7 @@ def append(
         (
             next_seq + len(records),
             records[-1].time,
-            sum(r.type == TURN_END_TYPE for r in records),
+            count_turn_ends(records),
             sum(len(r.raw) for r in records),
             key,
         ),
