@@ -99,6 +99,21 @@ def postgres_server(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
+def schema_shape(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    """The tables, columns and index definitions of `schema`, in a stable order."""
+    shape = conn.execute(
+        "SELECT c.relname, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+        " AND NOT a.attisdropped WHERE n.nspname = %s ORDER BY 1, 3",
+        (schema,),
+    ).fetchall()
+    indexes = conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1", (schema,)
+    ).fetchall()
+    return [*shape, *indexes]
+
+
 def _drop(schema: str) -> None:
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(

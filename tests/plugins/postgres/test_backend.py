@@ -329,3 +329,28 @@ async def test_the_entry_point_selects_the_backend_by_configuration(
         session.append(UserMessage, UserMessageData(text="hello"))
         await session.flush()
         assert len((await backend.load(session.id)).events) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_long_host_name_is_cut_but_the_pid_is_kept(
+    open_store: OpenStore,
+    raw_conn: Callable[[], psycopg.Connection[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Operators find a dead worker's connections by the pid at the end of
+    # the name (docs/deploy-postgres.md); a pod-length host name must not
+    # push it past the server's 63 bytes.
+    import os
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "h" * 80)
+    store = open_store(application_name="worker")
+    name = store.application_name
+    assert name.endswith(f":{os.getpid()}")
+    assert name.startswith("worker:hhh")
+    assert len(name.encode()) <= 63
+    await store.create(meta("s"))
+    seen = raw_conn().execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+    )
+    assert seen.fetchone() == (1,), "the server holds the name as the backend says"

@@ -26,15 +26,17 @@ from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
-from .conftest import DSN
+from .conftest import DSN, schema_shape
 
 pytestmark = pytest.mark.postgres
 
 
 def schema_digest(schema: str) -> bytes:
-    """sha256 over every row of every table in `schema`, in a stable order."""
+    """sha256 over the shape of `schema` (tables, columns, indexes) and every
+    row of every table, in a stable order."""
     digest = hashlib.sha256()
     with psycopg.connect(DSN, autocommit=True) as conn:
+        digest.update(repr(schema_shape(conn, schema)).encode())
         tables = conn.execute(
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = %s ORDER BY table_name",

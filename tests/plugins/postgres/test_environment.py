@@ -7,7 +7,8 @@ whole flushes only, and the failed flush lands when retried. Cases:
 - the server is unreachable, the database or the role does not exist (the
   message names the server, never the password);
 - a connection is killed (`pg_terminate_backend`) while its transaction
-  waits inside `append`, `create`, `claim`, `update` or `load`;
+  waits inside `append`, `create`, `claim`, `update` or `load`, and while a
+  group commit waits after writing part of its group;
 - a statement runs past `statement_timeout_ms` (append, load, list), a row
   lock is held past `lock_timeout_ms` (claim, append);
 - the server drops every idle connection of the pool;
@@ -150,6 +151,42 @@ async def test_a_connection_killed_mid_transaction_is_a_storage_error(
         assert len(loaded.events) == (4 if operation == "append" else 2)
     if operation == "create":
         assert not await store.has("k")
+
+
+@pytest.mark.asyncio
+async def test_a_group_killed_after_writing_part_of_it_stores_none_of_it(
+    open_store: OpenStore, raw_conn: Connect
+) -> None:
+    # The group's one transaction has written seven sessions' rows and waits
+    # on the eighth's row lock when its connection is terminated: every
+    # flush of the group fails, none of it is stored, each lands on retry.
+    store = open_store()
+    ids = [f"g-{n}" for n in range(8)]
+    for sid in ids:
+        await _stored(store, sid)
+    holder, observer = raw_conn(), raw_conn()
+    holder.execute("BEGIN")
+    holder.execute("SELECT 1 FROM sessions WHERE id = 'g-7' FOR UPDATE")
+    tasks = [asyncio.create_task(store.append(sid, turn(2, "second"))) for sid in ids]
+    await wait_for(
+        lambda: _waiting_pid(observer, store.application_name) is not None,
+        what="the group to wait on the held row",
+    )
+    pid = _waiting_pid(observer, store.application_name)
+    wrote = observer.execute(
+        "SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone()
+    assert wrote == (True,), "the group's transaction had written nothing yet"
+    observer.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+    holder.execute("ROLLBACK")
+    errors = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(e, StorageError) for e in errors), errors
+    stored = observer.execute("SELECT count(*) FROM events WHERE seq >= 2").fetchone()
+    assert stored == (0,), "part of a killed transaction was stored"
+    for sid in ids:
+        assert len((await store.load(sid)).events) == 2
+        await store.append(sid, turn(2, "second"))
+        assert len((await store.load(sid)).events) == 4
 
 
 @pytest.mark.asyncio

@@ -3,7 +3,7 @@
 21. Two processes race to take one session (an existing one by `claim`, a
     new one by `create`): exactly one wins, the other gets
     `SessionLockedError` within 1 s and cannot write; the rows hold only the
-    winner's writes. CI 200 races (100 + 100); soak 10,000.
+    winner's writes. CI 250 races (half the plan's 500); soak 10,000.
 22. Owner A is SIGSTOPped; B takes over (`steal=True`) and writes 5 turns;
     A is continued and flushes: `SessionFencedError`, nothing written, B's
     turns intact. CI 100 trials: 70 with A stopped between flushes, 30 with A
@@ -106,7 +106,7 @@ async def _races(
 async def test_exclusive_open_race(
     pg_config: Callable[..., PostgresConfig], spawn_worker: Callable[[], Worker]
 ) -> None:
-    await _races(200, pg_config(), spawn_worker)
+    await _races(250, pg_config(), spawn_worker)
 
 
 @pytest.mark.soak

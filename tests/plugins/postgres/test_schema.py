@@ -31,7 +31,7 @@ from turnkeep.meta import SessionSummary
 from turnkeep_postgres import SCHEMA_VERSION, PostgresConfig, PostgresPersistence
 from turnkeep_postgres.schema import migrate, read_version
 
-from .conftest import DSN
+from .conftest import DSN, schema_shape
 from .test_backend import meta, turn
 from .test_conformance import schema_digest
 
@@ -319,22 +319,12 @@ async def test_workers_migrating_the_v1_fixture_together_migrate_it_once(
 
 def _catalog(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
     """Tables, columns and index definitions of `schema` plus migration rows."""
-    shape = conn.execute(
-        "SELECT c.relname, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod)"
-        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
-        " WHERE n.nspname = %s ORDER BY 1, 3",
-        (schema,),
-    ).fetchall()
-    indexes = conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1", (schema,)
-    ).fetchall()
     rows = conn.execute(
         sql.SQL("SELECT version, description FROM {}.schema_migrations").format(
             sql.Identifier(schema)
         )
     ).fetchall()
-    return [*shape, *indexes, *rows]
+    return [*schema_shape(conn, schema), *rows]
 
 
 @pytest.mark.asyncio
@@ -361,6 +351,22 @@ async def test_migrate_is_idempotent_inside_and_outside_a_transaction(
         assert await migrate(conn, schema) == SCHEMA_VERSION
     with psycopg.connect(DSN, autocommit=True) as sync_conn:
         assert _catalog(sync_conn, schema) == first
+
+
+@pytest.mark.asyncio
+async def test_migrate_commits_on_a_connection_without_autocommit(schema: str) -> None:
+    # A default psycopg connection, no transaction open: the migration must
+    # not be left in a transaction the caller never opened (and lose it).
+    async with await psycopg.AsyncConnection.connect(DSN) as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert await migrate(conn, schema) is None
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert await migrate(conn, schema) == SCHEMA_VERSION
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        await conn.rollback()  # nothing of the caller's to undo
+    assert schema_exists(schema)
+    async with await psycopg.AsyncConnection.connect(DSN) as conn:
+        assert await read_version(conn, schema) == SCHEMA_VERSION
 
 
 async def _race(conns: list[psycopg.AsyncConnection[Any]], schema: str) -> None:

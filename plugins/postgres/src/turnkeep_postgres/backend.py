@@ -20,7 +20,7 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 import psycopg
@@ -47,6 +47,8 @@ from turnkeep_postgres.writer import Op, Writer, WriterStats
 __all__ = ["PostgresPersistence"]
 
 T = TypeVar("T")
+# The server keeps the first NAMEDATALEN - 1 bytes of an application_name.
+_APPLICATION_NAME_BYTES: Final = 63
 log = logging.getLogger("turnkeep_postgres")
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
@@ -105,8 +107,15 @@ class PostgresPersistence:
 
     @property
     def application_name(self) -> str:
-        """The `application_name` of this instance's connections."""
-        return f"{self.config.application_name}:{socket.gethostname()}:{self._pid}"[:63]
+        """The `application_name` of this instance's connections.
+
+        `<prefix>:<host>:<pid>`, at most the server's 63 bytes: a long host
+        name is cut, never the pid, so a worker's connections stay findable.
+        """
+        pid = f":{self._pid}".encode()
+        head = f"{self.config.application_name}:{socket.gethostname()}".encode()
+        cut = head[: _APPLICATION_NAME_BYTES - len(pid)]
+        return cut.decode("utf-8", errors="ignore") + pid.decode()
 
     @property
     def writer_stats(self) -> WriterStats:

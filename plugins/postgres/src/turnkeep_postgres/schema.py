@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import attrs
 from psycopg import AsyncConnection, sql
+from psycopg.pq import TransactionStatus
 
 from turnkeep.codec import TURN_END_PREFIX
 from turnkeep.errors import ConfigurationError, UnsupportedFormatError
@@ -196,8 +197,10 @@ async def migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
     """Bring `schema` to `SCHEMA_VERSION`, exactly once across workers.
 
     Works on a connection inside a transaction (the work is a savepoint of
-    it, and the lock lasts until that transaction ends) or outside one (the
-    work is its own transaction). Idempotent.
+    it, and the lock lasts until that transaction ends) or outside one, in
+    autocommit mode or not (the work is its own transaction, committed
+    before this returns; the connection is left outside a transaction).
+    Idempotent.
 
     Returns:
         The version found before (`None` for a fresh schema); when several
@@ -208,6 +211,15 @@ async def migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
             was changed.
         psycopg.Error: the server refused (the caller wraps it).
     """
+    if conn.info.transaction_status == TransactionStatus.IDLE:
+        # Without autocommit the first read would open a transaction that
+        # nobody commits, and the migration would vanish with the connection.
+        async with conn.transaction():
+            return await _migrate(conn, schema)
+    return await _migrate(conn, schema)
+
+
+async def _migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
     found = await read_version(conn, schema)
     if found is not None and found > SCHEMA_VERSION:
         raise _refuse_newer(schema, found)
