@@ -97,6 +97,24 @@ def test_unrelated_turnkeep_variables_are_not_configuration(tmp_path: Path) -> N
     assert load_config(tmp_path, env=env).plugins == "none"
 
 
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("TURNKEEP_PERSISTANCE", "TURNKEEP_PERSISTENCE"),
+        ("TURNKEEP_PLUGIN", "TURNKEEP_PLUGINS"),
+        ("TURNKEEP_MAX_EVENT_BYTE", "TURNKEEP_MAX_EVENT_BYTES"),
+    ],
+)
+def test_a_misspelt_setting_variable_is_an_error(
+    tmp_path: Path, variable: str, meant: str
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_config(tmp_path, env={variable: "sqlite"})
+    assert f"{variable} is not a turnkeep setting; did you mean {meant}?" in str(
+        info.value
+    )
+
+
 def test_plugin_selection_forms(tmp_path: Path) -> None:
     for value, expected in (("all", "all"), ("none", "none"), ("a,b", ("a", "b"))):
         assert (

@@ -269,3 +269,22 @@ async def test_the_host_limit_reaches_backends_that_declare_one() -> None:
     async with Host(own, plugins=[Registers("lim", factory, Limited)]):
         pass
     assert [s.max_event_bytes for s in seen] == [12345, 7]
+
+
+@pytest.mark.asyncio
+async def test_options_for_an_unknown_backend_are_an_error() -> None:
+    config = make_config(backends={"memroy": {"path": "x"}})
+    with pytest.raises(ConfigurationError) as info:
+        await Host(config).start()
+    message = str(info.value)
+    assert "'memroy', which is neither registered nor installed" in message
+    assert "did you mean 'memory'?" in message
+
+
+@pytest.mark.asyncio
+async def test_options_for_an_installed_backend_that_is_not_loaded_are_kept() -> None:
+    # A shared configuration may hold the table of an installed backend that
+    # this host does not load (here: no entry points at all).
+    config = make_config(backends={"sqlite": {"path": "x.db"}})
+    async with Host(config) as host:
+        assert host.persistence_name == "memory"

@@ -111,6 +111,29 @@ async def test_non_serialisable_event_is_refused_at_its_source(host: Host) -> No
 
 
 @pytest.mark.asyncio
+async def test_a_host_without_persistence_refuses_the_same_events() -> None:
+    # The rule does not depend on a backend being configured: a log kept only
+    # in memory never holds an event that no backend could store.
+    config = make_config(persistence="none", max_event_bytes=200)
+    async with Host(config) as host:
+        assert host.persistence_name is None
+        recorder = RecordingPlugin()
+        async with host.plugin(recorder):
+            session = host.sessions.create()
+            session.append(UserMessage, UserMessageData(text="small"))
+            with pytest.raises(EventTooLargeError, match="user/message"):
+                session.append(UserMessage, UserMessageData(text="x" * 500))
+            with pytest.raises(EventNotSerializableError, match="tool/call"):
+                session.append(
+                    ToolCall,
+                    ToolCallData(call_id="c", name="n", arguments={"f": object()}),
+                )
+            assert [e.seq for e in session.events] == [0]
+            assert [e.seq for e in recorder.events(session.id)] == [0]
+            assert session.append(UserMessage, UserMessageData(text="fits")).seq == 1
+
+
+@pytest.mark.asyncio
 async def test_mutating_an_event_after_append_does_not_change_what_is_stored(
     host: Host,
 ) -> None:

@@ -17,6 +17,7 @@ their own attrs config class when they register; the host structures
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -264,5 +265,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
                 layer.setdefault("backends", {}).setdefault(backend, {})[option] = value
         elif key in _TOP_LEVEL:
             layer[key] = value
-        # Other TURNKEEP_* variables (e.g. test settings) are not configuration.
+        elif near := difflib.get_close_matches(key, _TOP_LEVEL, n=1, cutoff=0.8):
+            # Other TURNKEEP_* variables belong to other parts (the OpenAI
+            # model, the test suite); one this close to a setting is a typo
+            # that would otherwise be ignored in silence.
+            raise ConfigurationError(
+                f"environment variable {name} is not a turnkeep setting; did you "
+                f"mean {_ENV_PREFIX}{near[0].upper()}?"
+            )
     return layer

@@ -16,6 +16,7 @@ carries the cursor across the swap, so no event is lost or written twice.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib
 import importlib.metadata
 import inspect
@@ -37,6 +38,7 @@ from turnkeep._hookcall import (
     refuse_awaitables,
 )
 from turnkeep._reimport import fresh_import
+from turnkeep.admission import ADMISSION_NAME, EventAdmission
 from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventCodec
 from turnkeep.config import DEFAULT_BACKEND, Config, make_converter, structure_config
@@ -152,6 +154,7 @@ class Host:
         self._load_entrypoints()
         for plugin in self.plugins:
             self._register_plugin(plugin, None)
+        self._check_backend_tables()
         self._activate(self.config.persistence)
         self.pm.hook.plugin_apply.call_historic(kwargs={"host": self})
         return self
@@ -573,13 +576,35 @@ class Host:
                 continue
             self._register_plugin(available[name].load(), name)
 
-    def _activate(self, configured: str | None) -> None:
-        if configured == "none":
+    def _check_backend_tables(self) -> None:
+        # A misspelt `[backends.<name>]` table would otherwise be ignored and
+        # its options lost in silence. A backend that is installed but not
+        # loaded here (another plugin selection) may keep its table.
+        installed = {
+            ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        }
+        known = set(self._backends) | installed
+        unknown = sorted(set(self.config.backends) - known)
+        if not unknown:
             return
-        if configured is None:
-            if DEFAULT_BACKEND not in self._backends:
-                return  # nothing configured and no default installed: no persistence
+        name = unknown[0]
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise ConfigurationError(
+            f"options are configured for backend {name!r}, which is neither "
+            f"registered nor installed (known: {', '.join(sorted(known))}); "
+            f"{hint}fix the [backends.{name}] table (or TURNKEEP_{name.upper()}__* "
+            f"variables), install the backend's plugin, or remove them"
+        )
+
+    def _activate(self, configured: str | None) -> None:
+        if configured is None and DEFAULT_BACKEND in self._backends:
             configured = DEFAULT_BACKEND
+        if configured is None or configured == "none":
+            # No persistence (asked for, or nothing configured and no default
+            # installed): events are still held to what a backend could store.
+            self._register_plugin(EventAdmission(self._codec), ADMISSION_NAME)
+            return
         entry = self._backends.get(configured)
         if entry is None:
             raise UnknownBackendError(
