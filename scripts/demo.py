@@ -160,6 +160,15 @@ def main() -> int:
     runs_after = (workspace / "test-runs.log").read_text().count("run")
     say()
     say(RULE)
+    ok = runs_after == runs_before == 1 and interrupted == 1 and status == "completed"
+    if not ok:
+        # Say what was found, not what should have been.
+        say("demo: that is not what should have happened:")
+        say(f"- the test ran {times(runs_after)} in all (should be once);")
+        say(f"- {interrupted} interrupted result(s) in the log (should be 1);")
+        say(f"- the turn ended {status!r} (should be 'completed').")
+        say(RULE)
+        return 1
     say("What happened:")
     say(f"- The session was stored by the {store!r} plugin and survived the kill.")
     say(
@@ -175,10 +184,6 @@ def main() -> int:
         f"while running it ({runs} run_command call in the log)."
     )
     say(RULE)
-    ok = runs_after == runs_before == 1 and interrupted == 1 and status == "completed"
-    if not ok:
-        say("demo: that is not what should have happened.")
-        return 1
     return 0
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from tests.examples.support import Agent, configure, example_env, value
 from tests.loop.support import BACKENDS, backend_host_config, backend_ready
@@ -158,6 +159,41 @@ async def test_run_command_in_the_workspace(workspace: Workspace) -> None:
             await run(command, command=bad)
     with pytest.raises(ToolError):
         await run(command, command="true", timeout=0)
+
+
+@pytest.mark.asyncio
+async def test_run_command_arguments_that_name_paths_stay_inside(
+    workspace: Workspace,
+) -> None:
+    command = tools(workspace)["run_command"]
+    (workspace.root / "sub").mkdir()
+    for outside in (
+        "cat /etc/passwd",
+        "ls ..",
+        "ls sub/../..",
+        "cp notes.txt --target-directory=/tmp",
+        f"ls {workspace.root.parent}",
+    ):
+        with pytest.raises(ToolError, match="names a path outside the workspace"):
+            await run(command, command=outside)
+    for inside in ("ls sub/..", f"ls {workspace.root / 'sub'}", "ls -a sub"):
+        assert (await run(command, command=inside)).startswith("exit status 0")
+
+
+@pytest.mark.asyncio
+async def test_run_command_sees_none_of_this_process_s_secrets(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNKEEP_OPENAI_API_KEY", "sk-canary-run-command")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary-aws")
+    command = tools(workspace)["run_command"]
+    script = "import os, json; print(json.dumps(dict(os.environ), sort_keys=True))"
+    output = await run(command, command=f"{sys.executable} -c {script!r}")
+    assert "canary" not in output
+    environment = msgspec.json.decode(output.split("\n", 1)[1], type=dict[str, str])
+    assert environment["HOME"] == str(workspace.root)
+    assert environment["TURNKEEP_CALL_ID"] == "call_test"
+    assert environment["PATH"] == os.environ["PATH"]
 
 
 @pytest.mark.asyncio

@@ -342,10 +342,15 @@ async def test_a_storage_that_never_heals_never_lets_a_turn_start(
             await loop.run_turn(loop.session_id, "go")
         assert act.calls == []
         starts = [e for e in host.sessions.get(loop.session_id).events]
+        gate = plugin.gate
+        assert gate is not None
         for _ in range(3):
+            attempts = len(gate.appends)
             with pytest.raises(TurnNotDurableError) as raised:
                 await loop.run_turn(loop.session_id, "go on")
             assert isinstance(raised.value.__cause__, FlushError)
+            # The refused turn retried the unsaved flush once, not more.
+            assert len(gate.appends) == attempts + 1
         assert list(host.sessions.get(loop.session_id).events) == starts
         assert len([e for e in starts if isinstance(e, TurnStart)]) == 1
         with pytest.raises(TurnNotDurableError):

@@ -222,9 +222,15 @@ class RunCommand:
     """Run a command in the workspace directory, with a timeout.
 
     The command is split like a shell would (no shell runs it) and started in
-    its own process group, which is killed on timeout or cancellation. The
-    call id is in its environment as `TURNKEEP_CALL_ID`, for commands that
-    want an idempotency key. It is not a sandbox: it runs as this user.
+    its own process group, which is killed on timeout or cancellation. It is
+    confined as far as what it is given goes: it runs in the workspace, with
+    `HOME` set to it; every argument after the program that names a path
+    (absolute, or with a `..` part, also as `--option=path`) must lead
+    inside the workspace; and its environment holds only `PATH`, the locale
+    and time zone, never this process's other variables (API keys, tokens).
+    The call id is there as `TURNKEEP_CALL_ID`, for commands that want an
+    idempotency key. It is not a sandbox: the program runs as this user and
+    can open what this user can.
     """
 
     workspace: Workspace
@@ -258,7 +264,10 @@ class RunCommand:
             raise ToolError(f"cannot split the command: {exc}") from None
         if not argv:
             raise ToolError("the command is empty")
-        env = dict(os.environ, TURNKEEP_CALL_ID=context.call_id)
+        for argument in argv[1:]:
+            self._check_path_argument(argument)
+        env = {k: v for k, v in os.environ.items() if k in _PASSED_ENVIRONMENT}
+        env |= {"HOME": str(self.workspace.root), "TURNKEEP_CALL_ID": context.call_id}
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -285,6 +294,23 @@ class RunCommand:
         if len(output) > MAX_OUTPUT:
             text += f"\n[... output cut at {MAX_OUTPUT} bytes]"
         return f"exit status {process.returncode}\n{text}"
+
+    def _check_path_argument(self, argument: str) -> None:
+        value = argument.partition("=")[2] if argument.startswith("-") else argument
+        if not (os.path.isabs(value) or ".." in value.split("/")):
+            return
+        target = (self.workspace.root / value).resolve(strict=False)
+        if target != self.workspace.root and self.workspace.root not in target.parents:
+            raise ToolError(
+                f"argument {argument!r} names a path outside the workspace; "
+                "run_command's arguments stay inside it"
+            )
+
+
+# What a command inherits from this process; nothing else (keys, tokens).
+_PASSED_ENVIRONMENT: Final = frozenset(
+    {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TERM"}
+)
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
