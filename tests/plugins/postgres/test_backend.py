@@ -354,3 +354,24 @@ async def test_a_long_host_name_is_cut_but_the_pid_is_kept(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
     )
     assert seen.fetchone() == (1,), "the server holds the name as the backend says"
+
+
+@pytest.mark.asyncio
+async def test_a_lone_append_of_a_held_session_commits_with_its_statement(
+    open_store: OpenStore,
+) -> None:
+    store, thief = open_store(), open_store()
+    await store.create(meta("s"))
+    await store.append("s", turn(0, "first"))  # takes the role: a transaction
+    solo = store.writer_stats.solo
+    await store.append("s", turn(2, "second"))
+    assert store.writer_stats.solo == solo + 1
+    # Refused by its compare-and-set, the lone statement wrote nothing.
+    await thief.claim("s", steal=True)
+    with pytest.raises(SessionFencedError):
+        await store.append("s", turn(4, "third"))
+    with pytest.raises(SequenceError):
+        await thief.append("s", turn(2, "again"))
+    assert len((await thief.load("s")).events) == 4
+    await thief.append("s", turn(4, "fourth"))
+    assert len((await store.load("s")).events) == 6

@@ -266,7 +266,13 @@ def append(
     # compare-and-set may refuse: that needs a savepoint in a shared group.
     clean = session_id in state.held
     return Op(
-        run, session_id, clean=clean, doing=f"appending to {session_id!r}", batch=batch
+        run,
+        session_id,
+        clean=clean,
+        doing=f"appending to {session_id!r}",
+        batch=batch,
+        # Held (checked when it runs): the append statement is its only write.
+        atomic=lambda: session_id in state.held,
     )
 
 
