@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -186,10 +187,17 @@ def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
                 f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
             )
         count = meta.summary.event_count
-        rows = conn.execute(
-            "SELECT raw FROM events WHERE session_key = ? AND seq < ? ORDER BY seq",
-            (row[0], count),
-        ).fetchall()
+        # Unpacking the one-column rows in C: a tenth of a 100k-event load
+        # went to building the row list and picking each row's column.
+        events: list[bytes] = list(
+            chain.from_iterable(
+                conn.execute(
+                    "SELECT raw FROM events WHERE session_key = ? AND seq < ? "
+                    "ORDER BY seq",
+                    (row[0], count),
+                )
+            )
+        )
     except sqlite3.Error as exc:
         if is_corrupt(exc) or primary_code(exc) == _TOOBIG:
             raise SessionCorruptError(
@@ -198,7 +206,6 @@ def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
                 session_id=session_id,
             ) from exc
         raise
-    events = [r[0] for r in rows]
     if len(events) != count:
         # seq is unique and below `count`, so a short read means a gap.
         first_gap = _first_gap(conn, row[0], count)
