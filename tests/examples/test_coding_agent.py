@@ -16,6 +16,7 @@ from tests.loop.support import BACKENDS, backend_host_config, backend_ready
 
 from coding_agent import Workspace, choose_model, open_agent, workspace_tools
 from coding_agent.script import scripted_model
+from coding_agent.tools import DEFAULT_INHERITED, RunCommand
 from turnkeep import (
     AgentLoop,
     Host,
@@ -172,12 +173,25 @@ async def test_run_command_arguments_that_name_paths_stay_inside(
         "ls ..",
         "ls sub/../..",
         "cp notes.txt --target-directory=/tmp",
+        "dd if=/etc/passwd",
+        "tar -C/ -xf x.tar",
+        "cc -o/tmp/out main.c",
+        "cmd --x=a=/etc",
+        "curl file:///etc/passwd",
+        "touch /tmp/new-file-here",  # does not exist, but /tmp does
         f"ls {workspace.root.parent}",
     ):
         with pytest.raises(ToolError, match="names a path outside the workspace"):
             await run(command, command=outside)
-    for inside in ("ls sub/..", f"ls {workspace.root / 'sub'}", "ls -a sub"):
-        assert (await run(command, command=inside)).startswith("exit status 0")
+    for inside in (
+        "ls sub/..",
+        f"ls {workspace.root / 'sub'}",
+        "ls -a sub",
+        # Patterns that look like absolute paths but name nothing there.
+        "sed -n /def-main/,/^$/p sub",
+        "grep -rn /api/v1 sub",
+    ):
+        assert (await run(command, command=inside)).startswith("exit status")
 
 
 @pytest.mark.asyncio
@@ -194,6 +208,12 @@ async def test_run_command_sees_none_of_this_process_s_secrets(
     assert environment["HOME"] == str(workspace.root)
     assert environment["TURNKEEP_CALL_ID"] == "call_test"
     assert environment["PATH"] == os.environ["PATH"]
+    # What else a command needs (a proxy, say) is passed by name.
+    monkeypatch.setenv("https_proxy", "http://proxy.invalid:3128")
+    chosen = RunCommand(workspace, inherit=DEFAULT_INHERITED | {"https_proxy"})
+    output = await run(chosen, command=f"{sys.executable} -c {script!r}")
+    assert "proxy.invalid" in output
+    assert "canary" not in output
 
 
 @pytest.mark.asyncio

@@ -24,6 +24,7 @@ from turnkeep.events import ReplayPolicy
 from turnkeep.tools import Tool, ToolContext, int_argument, str_argument
 
 __all__ = [
+    "DEFAULT_INHERITED",
     "ApplyPatch",
     "ListDir",
     "ReadFile",
@@ -217,25 +218,37 @@ class ApplyPatch:
         return f"patched {path}"
 
 
+DEFAULT_INHERITED: Final = frozenset(
+    {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TERM"}
+)
+"""What `run_command` passes on from this process's environment by default."""
+
+
 @attrs.frozen
 class RunCommand:
     """Run a command in the workspace directory, with a timeout.
 
     The command is split like a shell would (no shell runs it) and started in
-    its own process group, which is killed on timeout or cancellation. It is
-    confined as far as what it is given goes: it runs in the workspace, with
-    `HOME` set to it; every argument after the program that names a path
-    (absolute, or with a `..` part, also as `--option=path`) must lead
-    inside the workspace; and its environment holds only `PATH`, the locale
-    and time zone, never this process's other variables (API keys, tokens).
-    The call id is there as `TURNKEEP_CALL_ID`, for commands that want an
-    idempotency key. It is not a sandbox: the program runs as this user and
-    can open what this user can.
+    its own process group, which is killed on timeout or cancellation. It
+    runs in the workspace, with `HOME` set to it, and its environment holds
+    only the variables named by `inherit` (by default `PATH`, the locale,
+    `TZ` and `TERM`: never this process's API keys, tokens or proxy
+    credentials), plus the call id as `TURNKEEP_CALL_ID` for commands that
+    want an idempotency key.
+
+    Its arguments are checked on a best-effort basis: a path outside the
+    workspace that an argument names (absolute or through `..`; whole, after
+    an `=`, attached to a short option, or as a `file://` URL) is refused
+    when it, or the directory it would be created in, exists, so patterns
+    such as `sed -n '/def/,/^$/p'` pass. This is a guard against mistakes,
+    not confinement: the program runs as this user and can open whatever
+    this user can (a path built at run time, or read from a file).
     """
 
     workspace: Workspace
     default_timeout: int = 60
     max_timeout: int = 600
+    inherit: frozenset[str] = attrs.field(default=DEFAULT_INHERITED, kw_only=True)
     name: str = attrs.field(default="run_command", init=False)
     description: str = attrs.field(
         default=(
@@ -266,7 +279,7 @@ class RunCommand:
             raise ToolError("the command is empty")
         for argument in argv[1:]:
             self._check_path_argument(argument)
-        env = {k: v for k, v in os.environ.items() if k in _PASSED_ENVIRONMENT}
+        env = {k: v for k, v in os.environ.items() if k in self.inherit}
         env |= {"HOME": str(self.workspace.root), "TURNKEEP_CALL_ID": context.call_id}
         try:
             process = await asyncio.create_subprocess_exec(
@@ -296,21 +309,26 @@ class RunCommand:
         return f"exit status {process.returncode}\n{text}"
 
     def _check_path_argument(self, argument: str) -> None:
-        value = argument.partition("=")[2] if argument.startswith("-") else argument
-        if not (os.path.isabs(value) or ".." in value.split("/")):
-            return
-        target = (self.workspace.root / value).resolve(strict=False)
-        if target != self.workspace.root and self.workspace.root not in target.parents:
-            raise ToolError(
-                f"argument {argument!r} names a path outside the workspace; "
-                "run_command's arguments stay inside it"
-            )
-
-
-# What a command inherits from this process; nothing else (keys, tokens).
-_PASSED_ENVIRONMENT: Final = frozenset(
-    {"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TERM"}
-)
+        candidates = [argument, *argument.split("=")[1:]]
+        if argument.startswith("-") and not argument.startswith("--"):
+            candidates.append(argument[2:])  # -o/path, -C..
+        root = self.workspace.root
+        for candidate in candidates:
+            candidate = candidate.removeprefix("file://")
+            if not (os.path.isabs(candidate) or ".." in candidate.split("/")):
+                continue
+            try:
+                target = (root / candidate).resolve(strict=False)
+                if target == root or root in target.parents:
+                    continue
+                names_a_path = target.exists() or target.parent.is_dir()
+            except (OSError, ValueError):  # unreadable or not a path at all
+                names_a_path = True
+            if names_a_path:
+                raise ToolError(
+                    f"argument {argument!r} names a path outside the workspace; "
+                    "run_command's arguments stay inside it"
+                )
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
