@@ -344,10 +344,10 @@ async def test_a_long_host_name_is_cut_but_the_pid_is_kept(
     import socket
 
     monkeypatch.setattr(socket, "gethostname", lambda: "h" * 80)
-    store = open_store(application_name="worker")
+    store = open_store(application_name="wörker")
     name = store.application_name
     assert name.endswith(f":{os.getpid()}")
-    assert name.startswith("worker:hhh")
+    assert name.startswith("w?rker:hhh")  # as the server would keep it
     assert len(name.encode()) <= 63
     await store.create(meta("s"))
     seen = raw_conn().execute(
@@ -361,8 +361,8 @@ async def test_a_lone_append_of_a_held_session_commits_with_its_statement(
     open_store: OpenStore,
 ) -> None:
     store, thief = open_store(), open_store()
-    await store.create(meta("s"))
-    await store.append("s", turn(0, "first"))  # takes the role: a transaction
+    await store.create(meta("s"))  # holds the session from here on
+    await store.append("s", turn(0, "first"))
     solo = store.writer_stats.solo
     await store.append("s", turn(2, "second"))
     assert store.writer_stats.solo == solo + 1
@@ -375,3 +375,27 @@ async def test_a_lone_append_of_a_held_session_commits_with_its_statement(
     assert len((await thief.load("s")).events) == 4
     await thief.append("s", turn(4, "fourth"))
     assert len((await store.load("s")).events) == 6
+
+
+@pytest.mark.asyncio
+async def test_an_append_that_must_take_the_role_first_is_a_transaction(
+    open_store: OpenStore, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    # Not held, an append writes twice (the claim, then the events): alone,
+    # it must not run as lone statements, or a refused append would leave
+    # the claim committed while this instance forgets it.
+    first = open_store()
+    await first.create(meta("s"))
+    await first.append("s", turn(0, "first"))
+    await first.release("s")
+    generation = raw_conn().execute("SELECT generation FROM sessions").fetchone()
+    later = open_store()
+    with pytest.raises(SequenceError):
+        await later.append("s", turn(5, "wrong seq"))
+    assert later.writer_stats.solo == 0
+    after = raw_conn().execute("SELECT generation, owner FROM sessions").fetchone()
+    assert after is not None
+    assert generation is not None
+    assert after == (generation[0], None), "the refused append's claim stayed"
+    await later.append("s", turn(2, "second"))
+    assert len((await later.load("s")).events) == 4

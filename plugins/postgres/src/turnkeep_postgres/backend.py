@@ -112,10 +112,12 @@ class PostgresPersistence:
         `<prefix>:<host>:<pid>`, at most the server's 63 bytes: a long host
         name is cut, never the pid, so a worker's connections stay findable.
         """
-        pid = f":{self._pid}".encode()
-        head = f"{self.config.application_name}:{socket.gethostname()}".encode()
-        cut = head[: _APPLICATION_NAME_BYTES - len(pid)]
-        return cut.decode("utf-8", errors="ignore") + pid.decode()
+        pid = f":{self._pid}"
+        head = f"{self.config.application_name}:{socket.gethostname()}"
+        # The server stores only printable ASCII here (it rewrites the rest,
+        # longer); ours is written as the server will keep it.
+        head = "".join(c if " " <= c <= "~" else "?" for c in head)
+        return head[: _APPLICATION_NAME_BYTES - len(pid)] + pid
 
     @property
     def writer_stats(self) -> WriterStats:

@@ -4,7 +4,10 @@ One asyncio task per backend instance runs the writes. While a transaction
 is in flight, new writes queue; the task then takes everything queued (up to
 `max_group_flushes`) and runs it in one transaction on one pooled connection,
 so one WAL flush acknowledges many sessions' flushes. Nothing is
-acknowledged before the `COMMIT` returns.
+acknowledged before the `COMMIT` returns. An operation that arrives alone
+and whose writes are one statement (see `Op.atomic`) runs without a
+`BEGIN`: its statement is its transaction, and is acknowledged once it has
+committed.
 
 The appends of a group whose sessions this instance holds land in one
 statement (`append_many`: the same compare-and-set per session row, and only
@@ -110,22 +113,30 @@ class Op(Generic[T]):
         run: the operation; raises a `TurnkeepError` to refuse.
         session_id: the one session it touches (`None`: many), used to order
             a group's operations so two workers lock rows in the same order.
-        clean: it refuses only before its first write (no savepoint needed).
+        clean: it refuses only before its first write (no savepoint needed);
+            a callable says so when the writer is about to run it.
         doing: what it does, for error messages.
         batch: for an append, returns its `Batched` form when it can share a
             statement (the session is held); `run` is used otherwise.
-        atomic: says, when the writer is about to run it, whether all its
-            writes are one statement (anything else it runs only reads); if
-            so, alone in a group it runs on the autocommit connection without
-            a transaction of its own: one round trip, not three.
+        atomic: all its writes are one statement (anything else it runs only
+            reads; a callable says so when the writer is about to run it).
+            Alone in a group, such an operation runs on the autocommit
+            connection without a transaction of its own, and commits with
+            its statement: one round trip, not three.
     """
 
     run: Callable[[Tx], Awaitable[T]]
     session_id: str | None
-    clean: bool
+    clean: bool | Callable[[], bool]
     doing: str
     batch: Callable[[], Batched | None] | None = None
-    atomic: Callable[[], bool] | None = None
+    atomic: bool | Callable[[], bool] = False
+
+
+def _now(flag: bool | Callable[[], bool]) -> bool:
+    # Asked right before the operation runs, in the writer task, which is
+    # the only one that changes what the flag depends on (what is held).
+    return flag if isinstance(flag, bool) else flag()
 
 
 @attrs.define(eq=False)
@@ -138,9 +149,10 @@ class _Job(Generic[T]):
 class WriterStats:
     """Counters for tests and benchmarks.
 
-    Transactions (`groups`) and the operations they held, the largest group,
-    appends that shared one statement (`batched`), and operations committed
-    by their own statement without a transaction (`solo`).
+    Groups committed (`groups`: transactions, and lone operations that
+    committed with their own statement, also counted in `solo`) and the
+    operations they held, the largest group, and appends that shared one
+    statement (`batched`).
     """
 
     groups: int = 0
@@ -247,7 +259,7 @@ class Writer:
     async def _attempt(
         self, conn: AsyncConnection[Any], jobs: list[_Job[Any]], batching: bool
     ) -> tuple[list[_Job[Any]], bool, bool]:
-        """Run `jobs` in one transaction.
+        """Run `jobs` in one transaction (a lone atomic one: its own statement).
 
         Returns:
             The jobs to run again in a fresh transaction, whether the
@@ -259,8 +271,7 @@ class Writer:
         culprit: _Job[Any] | None = None
         in_batch = False
         # A lone one-statement operation commits with its statement.
-        atomic = jobs[0].op.atomic
-        solo = not shared and atomic is not None and atomic()
+        solo = not shared and _now(jobs[0].op.atomic)
         try:
             async with contextlib.nullcontext() if solo else conn.transaction():
                 rest = jobs
@@ -271,8 +282,9 @@ class Writer:
                 for job in rest:
                     tx = Tx(conn, self.queries)
                     culprit = job
+                    clean = _now(job.op.clean)
                     try:
-                        if shared and not job.op.clean:
+                        if shared and not clean:
                             async with conn.transaction():  # a savepoint
                                 value = await job.op.run(tx)
                         else:
@@ -285,7 +297,7 @@ class Writer:
                         continue
                     except psycopg.Error as exc:
                         tx.rollback_memory()
-                        if shared and not job.op.clean and not connection_lost(exc):
+                        if shared and not clean and not connection_lost(exc):
                             refused.append((job, self._wrap(exc, job)))
                             continue
                         raise

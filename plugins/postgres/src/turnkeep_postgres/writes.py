@@ -262,17 +262,19 @@ def append(
             ),
         )
 
-    # Taking the role first (an unclaimed session) writes before the
-    # compare-and-set may refuse: that needs a savepoint in a shared group.
-    clean = session_id in state.held
+    def held() -> bool:
+        # Held when it runs: the append statement is its only write, and a
+        # refusal comes before it. Not held: taking the role writes first,
+        # which needs a savepoint in a shared group and a transaction alone.
+        return session_id in state.held
+
     return Op(
         run,
         session_id,
-        clean=clean,
+        clean=held,
         doing=f"appending to {session_id!r}",
         batch=batch,
-        # Held (checked when it runs): the append statement is its only write.
-        atomic=lambda: session_id in state.held,
+        atomic=held,
     )
 
 
