@@ -14,6 +14,12 @@ from turnkeep import Host, UserMessage, UserMessageData
 from turnkeep.testing import HookMonitor, RecordingPlugin
 
 
+def _monitor_of(host: Host, monitors: list[HookMonitor]) -> HookMonitor:
+    """The monitor the autouse fixture attached to `host`."""
+    (monitor,) = [m for m in monitors if m.host is host]
+    return monitor
+
+
 def _message(seq: int) -> UserMessage:
     return UserMessage(seq=seq, time=0, data=UserMessageData(text=f"m{seq}"))
 
@@ -23,7 +29,7 @@ async def test_contiguous_events_are_no_violation(
     hook_monitor: list[HookMonitor],
 ) -> None:
     async with Host(make_config(persistence=None)) as host:
-        (monitor,) = [m for m in hook_monitor if m.host is host]
+        monitor = _monitor_of(host, hook_monitor)
         session = host.sessions.create()
         for n in range(5):
             session.append(UserMessage, UserMessageData(text=f"m{n}"))
@@ -33,7 +39,7 @@ async def test_contiguous_events_are_no_violation(
 @pytest.mark.asyncio
 async def test_a_seq_gap_is_reported(hook_monitor: list[HookMonitor]) -> None:
     async with Host(make_config(persistence=None)) as host:
-        (monitor,) = [m for m in hook_monitor if m.host is host]
+        monitor = _monitor_of(host, hook_monitor)
         session = host.sessions.create()
         session.append(UserMessage, UserMessageData(text="m0"))
         host.pm.hook.session_event(session=session, event=_message(2))
@@ -48,7 +54,7 @@ async def test_an_event_after_dispose_is_reported(
     hook_monitor: list[HookMonitor],
 ) -> None:
     async with Host(make_config(persistence=None)) as host:
-        (monitor,) = [m for m in hook_monitor if m.host is host]
+        monitor = _monitor_of(host, hook_monitor)
         session = host.sessions.create()
         recorder = RecordingPlugin()
         async with host.plugin(recorder, name="recorder"):
