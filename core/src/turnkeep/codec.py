@@ -211,17 +211,13 @@ class EventCodec:
         fast = self._decoder.decode
         limit = self.max_event_bytes
         for index, raw in enumerate(raws):
-            try:
-                if len(raw) > limit:
-                    raise _Unusual
-                event = fast(raw)
-            except (
-                _Unusual,
-                msgspec.ValidationError,
-                msgspec.DecodeError,
-                RecursionError,
-            ):
+            if len(raw) > limit:
                 event = self._decode_at(raw, index, session_id)
+            else:
+                try:
+                    event = fast(raw)
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                    event = self._decode_at(raw, index, session_id)
             if event.seq != index:
                 raise SessionCorruptError(
                     f"session {session_id!r}: event #{index} carries seq "
@@ -267,10 +263,6 @@ class EventCodec:
             cls = make_event_class(env.type, msgspec.Raw, ignorable=True)
             self._opaque[env.type] = cls
         return cls(seq=env.seq, time=env.time, data=env.data)
-
-
-class _Unusual(Exception):
-    """An event `decode_log`'s inlined path leaves to `decode`."""
 
 
 def _union(classes: Iterable[type[SessionEvent]]) -> Any:

@@ -579,7 +579,11 @@ class Host:
     def _check_backend_tables(self) -> None:
         # A misspelt `[backends.<name>]` table would otherwise be ignored and
         # its options lost in silence. A backend that is installed but not
-        # loaded here (another plugin selection) may keep its table.
+        # loaded here (another plugin selection) may keep its table; the
+        # installed ones are looked up only when a table names no registered
+        # backend, so a usual start-up reads no package metadata for this.
+        if set(self.config.backends) <= set(self._backends):
+            return
         installed = {
             ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         }

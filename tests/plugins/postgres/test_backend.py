@@ -10,6 +10,8 @@ every row, and the entry point.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -340,9 +342,6 @@ async def test_a_long_host_name_is_cut_but_the_pid_is_kept(
     # Operators find a dead worker's connections by the pid at the end of
     # the name (docs/deploy-postgres.md); a pod-length host name must not
     # push it past the server's 63 bytes.
-    import os
-    import socket
-
     monkeypatch.setattr(socket, "gethostname", lambda: "h" * 80)
     store = open_store(application_name="wörker")
     name = store.application_name
