@@ -2,7 +2,7 @@
 UV := ./scripts/uv
 SYNC := $(UV) sync --all-packages --locked --quiet
 
-.PHONY: help install demo test lint typecheck bench soak test-postgres docs
+.PHONY: help install demo test test-fast lint typecheck bench soak test-postgres docs
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -15,6 +15,9 @@ demo: ## The main job: an example agent on the default store, crash and resume
 
 test: ## The whole test suite (PostgreSQL tests skip without a server)
 	$(SYNC) && $(UV) run --no-sync pytest -n auto
+
+test-fast: ## The edit-test loop: everything but crash, slow and soak tests, stop at the first failure
+	$(SYNC) && $(UV) run --no-sync pytest -n auto -x -m "not crash and not slow"
 
 lint: ## ruff check and format check
 	$(SYNC) && $(UV) run --no-sync ruff check . && $(UV) run --no-sync ruff format --check .

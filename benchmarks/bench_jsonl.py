@@ -36,7 +36,8 @@ from pathlib import Path
 import msgspec
 
 from benchmarks.workload import K, Workload, records
-from turnkeep import EventCodec, SessionHeader, SessionMeta, SessionSummary
+from turnkeep import SessionMeta, SessionSummary
+from turnkeep.persistence import EventCodec, SessionHeader
 from turnkeep_jsonl import JsonlPersistence, OsFileOps
 
 TURNS = 200

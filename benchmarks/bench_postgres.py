@@ -49,7 +49,8 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from benchmarks.workload import K, Workload
-from turnkeep import Config, EventCodec, Host, SessionEvent
+from turnkeep import Config, Host, SessionEvent
+from turnkeep.persistence import EventCodec
 
 DSN = os.environ.get(
     "TURNKEEP_BENCH_POSTGRES_DSN",

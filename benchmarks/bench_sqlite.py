@@ -41,8 +41,10 @@ from typing import Any
 import msgspec
 
 from benchmarks.workload import K, Workload, records
-from turnkeep import VOCABULARY, EventCodec, EventRecord, SessionHeader, SessionMeta
+from turnkeep import SessionMeta
+from turnkeep.events import VOCABULARY
 from turnkeep.meta import SessionSummary
+from turnkeep.persistence import EventCodec, EventRecord, SessionHeader
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
 REPS = int(os.environ.get("BENCH_REPS", "5"))

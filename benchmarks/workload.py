@@ -13,14 +13,12 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from turnkeep import (
+from turnkeep import SessionEvent
+from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
     AssistantMessage,
     AssistantMessageData,
-    EventCodec,
-    EventRecord,
-    SessionEvent,
     ToolCall,
     ToolCallData,
     ToolResult,
@@ -30,6 +28,7 @@ from turnkeep import (
     UserMessage,
     UserMessageData,
 )
+from turnkeep.persistence import EventCodec, EventRecord
 
 CHUNKS = 7
 K = CHUNKS + 5

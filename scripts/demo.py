@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from turnkeep import Host, ToolCall, ToolResult, TurnEnd, load_config
+from turnkeep import Host, load_config
+from turnkeep.events import ToolCall, ToolResult, TurnEnd
 
 RULE = "-" * 72
 

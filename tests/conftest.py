@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
 
 from turnkeep.config import Config
+from turnkeep.hookspecs import PluginHost
 from turnkeep.host import Host
+from turnkeep.plugins import PluginSet
 from turnkeep.testing import HookMonitor
 
 pytest_plugins = ["pytester"]
@@ -57,23 +59,23 @@ def hook_monitor(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[HookMonitor]]
     """Attach a monitor to every host; fail the test on any violation."""
     monitors: list[HookMonitor] = []
     original_init = Host.__attrs_post_init__
-    original_dispose = Host._dispose
+    original_dispose = PluginSet.dispose
 
     def init(self: Host) -> None:
         original_init(self)
         monitor = HookMonitor.attach(self)
         monitors.append(monitor)
 
-    async def dispose(self: Host, plugin: object) -> None:
+    async def dispose(self: PluginSet, plugin: object, host: PluginHost) -> None:
         try:
-            await original_dispose(self, plugin)
+            await original_dispose(self, plugin, host)
         finally:
             for monitor in monitors:
-                if monitor.host is self:
+                if cast(object, monitor.host) is host:
                     monitor.disposed(plugin)
 
     monkeypatch.setattr(Host, "__attrs_post_init__", init)
-    monkeypatch.setattr(Host, "_dispose", dispose)
+    monkeypatch.setattr(PluginSet, "dispose", dispose)
     yield monitors
     problems = [v for m in monitors for v in m.violations]
     assert not problems, "hook invariants violated:\n" + "\n".join(problems)

@@ -27,27 +27,17 @@ import attrs
 import msgspec
 from click.testing import CliRunner, Result
 
-from turnkeep import (
-    AgentLoop,
-    Config,
-    Host,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
-    ToolCall,
+from turnkeep import AgentLoop, Config, Host, ToolContext, function_tool
+from turnkeep.cli.app import cli as turnkeep_cli
+from turnkeep.events import (
     ToolCallData,
-    ToolContext,
-    TurnCheckpoint,
     TurnCheckpointData,
-    TurnStart,
     TurnStartData,
-    UserMessage,
     UserMessageData,
-    function_tool,
 )
-from turnkeep.cli import cli as turnkeep_cli
 from turnkeep.meta import FORMAT_VERSION
 from turnkeep.persistence import LoadedSession
+from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 BACKENDS = ("jsonl", "sqlite")
 SCRIPT = Path(sys.executable).parent / "turnkeep"
@@ -184,7 +174,7 @@ async def converse(
             session_id=session_id,
         )
         for prompt in prompts:
-            await loop.run_turn(session_id, prompt)
+            await loop.run_turn(prompt)
         await loop.close()
 
 
@@ -192,17 +182,15 @@ async def crash_in_turn(store: Store, session_id: str) -> None:
     """A log as a crash leaves it: a durable unsafe call and a safe one, no results."""
     async with store.host() as host:
         session = host.sessions.create(session_id)
-        session.append(TurnStart, TurnStartData(turn=1))
-        session.append(UserMessage, UserMessageData(text="deploy to prod"))
+        session.append(TurnStartData(turn=1))
+        session.append(UserMessageData(text="deploy to prod"))
         session.append(
-            ToolCall,
             ToolCallData(call_id="c-deploy", name="deploy", arguments={"env": "prod"}),
         )
         session.append(
-            ToolCall,
             ToolCallData(call_id="c-ls", name="ls", arguments={}, replay="safe"),
         )
-        session.append(TurnCheckpoint, TurnCheckpointData(turn=1, reason="unsafe-tool"))
+        session.append(TurnCheckpointData(turn=1, reason="unsafe-tool"))
         await session.flush()
         # No turn/end: the host closes as the process would have died here.
 

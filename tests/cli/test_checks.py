@@ -20,9 +20,9 @@ from tests.cli.support import (
     tear,
 )
 
+from turnkeep.agent.recovery import open_turn, pairing_problems
 from turnkeep.codec import EventCodec
 from turnkeep.events import ToolResult, TurnEnd
-from turnkeep.recovery import open_turn, pairing_problems
 
 
 def test_verify_a_healthy_store(store: Store) -> None:

@@ -22,9 +22,9 @@ from typing import IO
 import pytest
 from tests.cli.support import SCRIPT, cli
 
+from turnkeep.agent.recovery import pairing_problems
 from turnkeep.codec import EventCodec
 from turnkeep.events import TurnEnd, UserMessage
-from turnkeep.recovery import pairing_problems
 from turnkeep_jsonl import JsonlPersistence
 
 PLUGIN = """
@@ -62,7 +62,8 @@ APP = """
 import asyncio
 import sys
 
-from turnkeep import AgentLoop, EchoModel
+from turnkeep import AgentLoop
+from turnkeep.testing import EchoModel
 
 
 async def run(host):
@@ -71,7 +72,7 @@ async def run(host):
         line = await asyncio.to_thread(sys.stdin.readline)
         if not line or line.strip() == "/exit":
             break
-        result = await loop.run_turn("app", line.strip())
+        result = await loop.run_turn(line.strip())
         print(result.text, flush=True)
     await loop.close()
 """

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 from tests.cli.support import Store, cli
 
-from turnkeep.cli import cli as group
+from turnkeep.cli.app import cli as group
 from turnkeep.codec import EventCodec
 from turnkeep.events import (
     AssistantMessage,

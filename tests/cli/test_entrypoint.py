@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from tests.cli.support import SCRIPT, cli
 
-from turnkeep.cli import cli as group
+from turnkeep.cli.app import cli as group
 
 COMMANDS = (
     "ls",
@@ -79,3 +80,32 @@ def test_errors_are_one_line_and_tracebacks_need_debug(tmp_path: Path) -> None:
     assert "Traceback (most recent call last)" in debug.stderr
     after = run("show", "nope", "--store", spec, "--debug")  # options after it too
     assert "Traceback (most recent call last)" in after.stderr
+
+
+@pytest.mark.parametrize("module", ["click", "rich", "watchfiles"])
+def test_without_the_cli_extra_the_command_names_the_extra(module: str) -> None:
+    # `sys.modules[name] = None` makes importing it fail as if not installed.
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; "
+        "from turnkeep.cli import main; main(['ls'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"({module} is not installed)" in done.stderr
+    assert "pip install 'turnkeep[cli]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unrelated_missing_module_is_not_blamed_on_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['turnkeep.cli.view'] = None; "
+        "from turnkeep.cli import main; main(['ls'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert "ModuleNotFoundError" in done.stderr
+    assert "turnkeep[cli]" not in done.stderr

@@ -12,6 +12,8 @@ import pytest
 from tests.cli.conftest import make_store
 from tests.cli.support import Store, cli, converse, crash_in_turn, one_line_error
 
+from turnkeep.agent.messages import derive_messages
+from turnkeep.agent.recovery import pairing_problems
 from turnkeep.cli.importers import NO_RESULT_OUTPUT
 from turnkeep.codec import EventCodec
 from turnkeep.events import (
@@ -23,8 +25,6 @@ from turnkeep.events import (
     TurnStart,
     UserMessage,
 )
-from turnkeep.messages import derive_messages
-from turnkeep.recovery import pairing_problems
 
 OPENAI_CHAT: list[dict[str, Any]] = [
     {"role": "system", "content": "You are terse."},

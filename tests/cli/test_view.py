@@ -32,9 +32,10 @@ from tests.cli.support import (
     store_dir,
 )
 
-from turnkeep import AgentLoop, Reply, ScriptedModel
+from turnkeep import AgentLoop
+from turnkeep.agent.messages import derive_messages, encode_messages
 from turnkeep.codec import EventCodec
-from turnkeep.messages import derive_messages, encode_messages
+from turnkeep.testing import Reply, ScriptedModel
 
 
 def test_show_renders_the_conversation_with_tool_results(store: Store) -> None:
@@ -218,7 +219,7 @@ async def _turn(store: Store, session_id: str, text: str) -> None:
         loop = await AgentLoop.resume(
             "test-agent", session_id, host=host, model=ScriptedModel([Reply(text)] * 9)
         )
-        await loop.run_turn(session_id, text)
+        await loop.run_turn(text)
         await loop.close()
 
 

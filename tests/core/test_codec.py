@@ -5,17 +5,7 @@ import contextlib
 import msgspec
 import pytest
 
-from turnkeep import (
-    VOCABULARY,
-    AssistantMessage,
-    AssistantMessageData,
-    EventCodec,
-    ToolCall,
-    ToolCallData,
-    UserMessage,
-    UserMessageData,
-    define_event_type,
-)
+from turnkeep import define_event_type
 from turnkeep.errors import (
     EventDecodeError,
     EventNotSerializableError,
@@ -23,7 +13,17 @@ from turnkeep.errors import (
     SessionCorruptError,
     UnknownEventTypeError,
 )
-from turnkeep.events import event_type_name
+from turnkeep.events import (
+    VOCABULARY,
+    AssistantMessage,
+    AssistantMessageData,
+    ToolCall,
+    ToolCallData,
+    UserMessage,
+    UserMessageData,
+    event_type_name,
+)
+from turnkeep.persistence import EventCodec
 
 
 def test_every_vocabulary_type_round_trips() -> None:

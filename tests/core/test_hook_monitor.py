@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from tests.conftest import make_config
 
-from turnkeep import Host, UserMessage, UserMessageData
+from turnkeep import Host
+from turnkeep.events import UserMessage, UserMessageData
 from turnkeep.testing import HookMonitor, RecordingPlugin
 
 
@@ -32,7 +33,7 @@ async def test_contiguous_events_are_no_violation(
         monitor = _monitor_of(host, hook_monitor)
         session = host.sessions.create()
         for n in range(5):
-            session.append(UserMessage, UserMessageData(text=f"m{n}"))
+            session.append(UserMessageData(text=f"m{n}"))
         assert monitor.violations == []
 
 
@@ -41,7 +42,7 @@ async def test_a_seq_gap_is_reported(hook_monitor: list[HookMonitor]) -> None:
     async with Host(make_config(persistence=None)) as host:
         monitor = _monitor_of(host, hook_monitor)
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="m0"))
+        session.append(UserMessageData(text="m0"))
         host.pm.hook.session_event(session=session, event=_message(2))
         assert monitor.violations == [
             f"session {session.id!r}: session_event seq 2, expected 1"
@@ -58,12 +59,12 @@ async def test_an_event_after_dispose_is_reported(
         session = host.sessions.create()
         recorder = RecordingPlugin()
         async with host.plugin(recorder, name="recorder"):
-            session.append(UserMessage, UserMessageData(text="m0"))
+            session.append(UserMessageData(text="m0"))
         assert monitor.violations == []
         # A disposed plugin that still receives events (as it would if the
         # host forgot to unregister it): put it back behind the host's back.
         host.pm.register(recorder, name="recorder")
-        session.append(UserMessage, UserMessageData(text="m1"))
+        session.append(UserMessageData(text="m1"))
         assert monitor.violations == [
             "session_event reached 'recorder' after its dispose"
         ]

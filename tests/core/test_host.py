@@ -6,7 +6,7 @@ import attrs
 import pytest
 from tests.conftest import make_config
 
-from turnkeep import Host, MemoryPersistence, UserMessage, UserMessageData, hookimpl
+from turnkeep import Host, hookimpl
 from turnkeep.errors import (
     ConfigurationError,
     FlushError,
@@ -16,9 +16,10 @@ from turnkeep.errors import (
     PluginNotFoundError,
     UnknownBackendError,
 )
-from turnkeep.events import define_event_type
+from turnkeep.events import UserMessageData, define_event_type
 from turnkeep.persistence import validate_backend
 from turnkeep.session import Session
+from turnkeep.testing import MemoryPersistence
 
 
 class Registers:
@@ -137,7 +138,7 @@ async def test_an_async_session_event_impl_is_a_contract_error(host: Host) -> No
     async with host.plugin(AsyncEvent()):
         session = host.sessions.create()
         with pytest.raises(HookContractError, match="session_event"):
-            session.append(UserMessage, UserMessageData(text="x"))
+            session.append(UserMessageData(text="x"))
 
 
 class FailingFlush:
@@ -153,7 +154,7 @@ class FailingFlush:
 async def test_flush_errors_surface_as_one_flush_error(host: Host) -> None:
     async with host.plugin(FailingFlush("first")), host.plugin(FailingFlush("second")):
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="x"))
+        session.append(UserMessageData(text="x"))
         with pytest.raises(FlushError) as info:
             await session.flush()
         cause = info.value.__cause__

@@ -5,11 +5,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from turnkeep import (
-    EventCodec,
-    LoadedSession,
-    MemoryPersistence,
-    SessionEvent,
+from turnkeep import SessionEvent
+from turnkeep.conformance import BackendHarness
+from turnkeep.errors import SessionCorruptError, UnsupportedFormatError
+from turnkeep.events import (
     ToolCall,
     ToolCallData,
     ToolResult,
@@ -19,9 +18,9 @@ from turnkeep import (
     UserMessage,
     UserMessageData,
 )
-from turnkeep.conformance import BackendHarness
-from turnkeep.errors import SessionCorruptError, UnsupportedFormatError
 from turnkeep.maintenance import TailReport, supports_maintenance, verify_session
+from turnkeep.persistence import EventCodec, LoadedSession
+from turnkeep.testing import MemoryPersistence
 
 codec = EventCodec()
 
@@ -32,7 +31,7 @@ def build(*pairs: tuple[type[SessionEvent], Any]) -> list[bytes]:
 
 async def store(backend: MemoryPersistence, raws: list[bytes], sid: str = "s") -> None:
     await backend.create(BackendHarness.meta(sid))
-    from turnkeep import EventRecord
+    from turnkeep.persistence import EventRecord
 
     records = [EventRecord(i, "x", i, raw) for i, raw in enumerate(raws)]
     await backend.append(sid, records)

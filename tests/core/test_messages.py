@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from turnkeep import (
+from turnkeep import SessionEvent, define_event_type, derive_messages
+from turnkeep.agent import encode_messages
+from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
+from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
     AssistantMessage,
     AssistantMessageData,
-    SessionEvent,
     ToolCall,
     ToolCallData,
     ToolResult,
@@ -16,11 +18,7 @@ from turnkeep import (
     TurnStartData,
     UserMessage,
     UserMessageData,
-    define_event_type,
-    derive_messages,
-    encode_messages,
 )
-from turnkeep.messages import INTERRUPTED_TOOL_OUTPUT
 
 
 def log(*pairs: tuple[type[SessionEvent], object]) -> list[SessionEvent]:

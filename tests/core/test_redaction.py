@@ -4,19 +4,17 @@ from typing import Any
 
 import pytest
 from tests.conftest import make_config
+from tests.support.writes import summary_unsaved, write_state
 
-from turnkeep import (
-    Host,
-    SessionEvent,
+from turnkeep import Host, SessionEvent, hookimpl
+from turnkeep.errors import EventRejectedError, RedactionError
+from turnkeep.events import (
     ToolCall,
     ToolCallData,
-    TurnEnd,
     TurnEndData,
     UserMessage,
     UserMessageData,
-    hookimpl,
 )
-from turnkeep.errors import EventRejectedError, RedactionError
 from turnkeep.redaction import SecretRedactor, redact
 from turnkeep.session import Session
 
@@ -63,9 +61,8 @@ async def test_secrets_never_reach_the_log_or_the_store() -> None:
     async with Host(make_config(redact_secrets=True)) as host:
         session = host.sessions.create("s")
         session.set_summary(title=f"deploy with {SECRETS['openai']}")
-        session.append(UserMessage, UserMessageData(text=f"my key is {SECRETS['aws']}"))
+        session.append(UserMessageData(text=f"my key is {SECRETS['aws']}"))
         session.append(
-            ToolCall,
             ToolCallData(
                 call_id="c",
                 name="connect",
@@ -73,7 +70,6 @@ async def test_secrets_never_reach_the_log_or_the_store() -> None:
             ),
         )
         session.append(
-            TurnEnd,
             TurnEndData(turn=1, status="failed", error=f"boom: {SECRETS['pem']}"),
         )
         await session.flush()
@@ -116,11 +112,11 @@ async def test_a_failing_redactor_rejects_the_event(host: Host, plugin: Any) -> 
     async with host.plugin(plugin):
         session = host.sessions.create()
         with pytest.raises(RedactionError) as info:
-            session.append(TurnEnd, TurnEndData(turn=1, status="completed"))
+            session.append(TurnEndData(turn=1, status="completed"))
         assert isinstance(info.value, EventRejectedError)
         assert info.value.event_type == "turn/end"
         assert list(session.events) == []
-        assert session.writes.pending == []
+        assert write_state(host, session).pending == []
         await session.flush()
         assert not await host.require_persistence().has(session.id)
 
@@ -138,4 +134,4 @@ async def test_a_failing_text_redactor_refuses_the_summary_change(host: Host) ->
         with pytest.raises(RedactionError):
             session.set_summary(title="secret title")
         assert session.summary.title is None
-        assert not session.writes.summary_dirty
+        assert not summary_unsaved(host, session)

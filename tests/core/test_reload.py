@@ -13,22 +13,20 @@ from typing import Any
 
 import pytest
 from tests.conftest import make_config
+from tests.support.writes import write_state
 
-from turnkeep import (
-    AssistantChunk,
-    AssistantChunkData,
-    Host,
-    MemoryStorage,
-    TurnEnd,
-    TurnEndData,
-    UserMessage,
-    UserMessageData,
-    hookimpl,
-)
+from turnkeep import Host, hookimpl
 from turnkeep.errors import PluginReloadError
+from turnkeep.events import (
+    AssistantChunkData,
+    TurnEndData,
+    UserMessageData,
+)
+from turnkeep.testing import MemoryStorage
 
 PLUGIN = """
-from turnkeep import MemoryPersistence, hookimpl
+from turnkeep import hookimpl
+from turnkeep.memory import MemoryPersistence
 import {shared}
 
 VERSION = {version}
@@ -87,14 +85,14 @@ async def test_reload_imports_afresh_and_keeps_the_cursor(
     host = await start_host(name)
     try:
         session = host.sessions.create("s")
-        session.append(UserMessage, UserMessageData(text="before"))
+        session.append(UserMessageData(text="before"))
         await session.flush()
-        session.append(UserMessage, UserMessageData(text="pending at reload"))
+        session.append(UserMessageData(text="pending at reload"))
         write_plugin(root, name, f"{name}_storage", 2)
         new = await host.reload(name)
         assert isinstance(new, types.ModuleType)
         assert new.VERSION == 2  # type: ignore[attr-defined]
-        session.append(UserMessage, UserMessageData(text="after"))
+        session.append(UserMessageData(text="after"))
         await session.flush()
         events = host.codec.decode_log(load_texts(storage, "s"), session_id="s")
         assert [e.data.text for e in events] == ["before", "pending at reload", "after"]  # type: ignore[attr-defined]
@@ -110,13 +108,13 @@ async def test_a_reload_that_fails_to_import_keeps_the_old_plugin(
     host = await start_host(name)
     try:
         session = host.sessions.create("s")
-        session.append(UserMessage, UserMessageData(text="one"))
+        session.append(UserMessageData(text="one"))
         write_plugin(root, name, f"{name}_storage", 3, broken=True)
         with pytest.raises(PluginReloadError, match="old plugin stays active"):
             await host.reload(name)
         assert host.persistence_name == "reloadable"
         assert sys.modules[name].VERSION == 1  # type: ignore[attr-defined]
-        session.append(UserMessage, UserMessageData(text="two"))
+        session.append(UserMessageData(text="two"))
         await session.flush()
         assert len(load_texts(storage, "s")) == 2
     finally:
@@ -187,16 +185,12 @@ async def test_hot_reload_at_100_random_points_loses_and_duplicates_nothing(
             roll = rnd.random()
             if roll < 0.15:
                 turn[which] += 1
-                session.append(
-                    TurnEnd, TurnEndData(turn=turn[which], status="completed")
-                )
+                session.append(TurnEndData(turn=turn[which], status="completed"))
                 await session.flush()
             elif roll < 0.5:
-                session.append(UserMessage, UserMessageData(text=f"{which}:{index}"))
+                session.append(UserMessageData(text=f"{which}:{index}"))
             else:
-                session.append(
-                    AssistantChunk, AssistantChunkData(text=f"{which}:{index}")
-                )
+                session.append(AssistantChunkData(text=f"{which}:{index}"))
             if index in reload_points:
                 version += 1
                 write_plugin(root, name, f"{name}_storage", version)
@@ -229,9 +223,9 @@ async def test_a_session_with_nothing_durable_survives_a_reload(
         session = host.sessions.create("fresh")
         session.set_summary(title="kept")
         await asyncio.sleep(0)  # let the backend registration task run
-        assert session.writes.registered_with is not None
+        assert write_state(host, session).registered_with is not None
         await host.reload(name)
-        session.append(UserMessage, UserMessageData(text="first"))
+        session.append(UserMessageData(text="first"))
         await session.flush()
         assert len(load_texts(storage, "fresh")) == 1
         assert storage.sessions["fresh"].meta.summary.title == "kept"
@@ -256,7 +250,7 @@ async def test_a_reloaded_module_with_an_invalid_hook_is_refused(
         with pytest.raises(PluginReloadError, match="not valid"):
             await host.reload(name)
         assert sys.modules[name].VERSION == 1  # type: ignore[attr-defined]
-        session.append(UserMessage, UserMessageData(text="still stored"))
+        session.append(UserMessageData(text="still stored"))
         await session.flush()
         assert len(load_texts(storage, "s")) == 1
     finally:

@@ -8,20 +8,9 @@ from typing import Any
 
 import pytest
 from tests.conftest import make_config
+from tests.support.writes import summary_unsaved, write_state
 
-from turnkeep import (
-    EventRecord,
-    Host,
-    MemoryPersistence,
-    ToolCall,
-    ToolCallData,
-    TurnEnd,
-    TurnEndData,
-    UserMessage,
-    UserMessageData,
-    define_event_type,
-    hookimpl,
-)
+from turnkeep import Host, define_event_type, hookimpl
 from turnkeep.errors import (
     EventNotSerializableError,
     EventTooLargeError,
@@ -35,7 +24,14 @@ from turnkeep.errors import (
     SessionNotFoundError,
     StorageError,
 )
-from turnkeep.testing import RecordingPlugin
+from turnkeep.events import (
+    ToolCallData,
+    TurnEndData,
+    UserMessage,
+    UserMessageData,
+)
+from turnkeep.persistence import EventRecord
+from turnkeep.testing import MemoryPersistence, RecordingPlugin
 
 
 async def stored(host: Host, session_id: str) -> list[Any]:
@@ -48,8 +44,8 @@ async def test_append_numbers_and_timestamps_from_the_store_clock() -> None:
     ticks = itertools.count(1000)
     async with Host(make_config(), clock=lambda: next(ticks)) as host:
         session = host.sessions.create("s")
-        a = session.append(UserMessage, UserMessageData(text="a"))
-        b = session.append(UserMessage, UserMessageData(text="b"))
+        a = session.append(UserMessageData(text="a"))
+        b = session.append(UserMessageData(text="b"))
         assert (a.seq, b.seq) == (0, 1)
         assert b.time > a.time >= 1000
         assert list(session.events) == [a, b]
@@ -82,12 +78,12 @@ async def test_a_live_id_cannot_be_created_twice(host: Host) -> None:
 async def test_oversized_event_is_refused_and_nothing_is_buffered() -> None:
     async with Host(make_config(max_event_bytes=200)) as host:
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="small"))
+        session.append(UserMessageData(text="small"))
         with pytest.raises(EventTooLargeError, match="user/message"):
-            session.append(UserMessage, UserMessageData(text="x" * 500))
+            session.append(UserMessageData(text="x" * 500))
         assert len(session.events) == 1
-        assert session.writes.snapshotted == 1
-        again = session.append(UserMessage, UserMessageData(text="fits"))
+        assert write_state(host, session).snapshotted == 1
+        again = session.append(UserMessageData(text="fits"))
         assert again.seq == 1
         await session.flush()
         assert [e.data.text for e in await stored(host, session.id)] == [
@@ -103,11 +99,11 @@ async def test_non_serialisable_event_is_refused_at_its_source(host: Host) -> No
         session = host.sessions.create()
         with pytest.raises(EventNotSerializableError, match="tool/call"):
             session.append(
-                ToolCall, ToolCallData(call_id="c", name="n", arguments={"f": object()})
+                ToolCallData(call_id="c", name="n", arguments={"f": object()})
             )
         assert list(session.events) == []
         assert recorder.events(session.id) == []
-        assert session.writes.pending == []
+        assert write_state(host, session).pending == []
 
 
 @pytest.mark.asyncio
@@ -120,17 +116,16 @@ async def test_a_host_without_persistence_refuses_the_same_events() -> None:
         recorder = RecordingPlugin()
         async with host.plugin(recorder):
             session = host.sessions.create()
-            session.append(UserMessage, UserMessageData(text="small"))
+            session.append(UserMessageData(text="small"))
             with pytest.raises(EventTooLargeError, match="user/message"):
-                session.append(UserMessage, UserMessageData(text="x" * 500))
+                session.append(UserMessageData(text="x" * 500))
             with pytest.raises(EventNotSerializableError, match="tool/call"):
                 session.append(
-                    ToolCall,
                     ToolCallData(call_id="c", name="n", arguments={"f": object()}),
                 )
             assert [e.seq for e in session.events] == [0]
             assert [e.seq for e in recorder.events(session.id)] == [0]
-            assert session.append(UserMessage, UserMessageData(text="fits")).seq == 1
+            assert session.append(UserMessageData(text="fits")).seq == 1
 
 
 @pytest.mark.asyncio
@@ -139,9 +134,7 @@ async def test_mutating_an_event_after_append_does_not_change_what_is_stored(
 ) -> None:
     session = host.sessions.create()
     arguments: dict[str, Any] = {"path": "a.txt", "lines": [1, 2]}
-    session.append(
-        ToolCall, ToolCallData(call_id="c", name="read", arguments=arguments)
-    )
+    session.append(ToolCallData(call_id="c", name="read", arguments=arguments))
     arguments["path"] = "MUTATED"
     arguments["lines"].append(3)
     await session.flush()
@@ -157,11 +150,11 @@ async def test_seed_is_installed_without_session_event_and_stored_once(
     async with host.plugin(recorder):
         source = host.sessions.create("src")
         for n in range(4):
-            source.append(UserMessage, UserMessageData(text=str(n)))
+            source.append(UserMessageData(text=str(n)))
         seeded = host.sessions.create("copy", seed=source.events)
         assert seeded.origin == "seeded"
         assert recorder.events("copy") == []
-        seeded.append(UserMessage, UserMessageData(text="after"))
+        seeded.append(UserMessageData(text="after"))
         await seeded.flush()
         await seeded.flush()
         assert [e.data.text for e in await stored(host, "copy")] == [
@@ -183,7 +176,7 @@ async def test_a_seed_with_gaps_is_refused(host: Host) -> None:
 @pytest.mark.asyncio
 async def test_fork_points_are_checked(host: Host) -> None:
     source = host.sessions.create("src")
-    source.append(UserMessage, UserMessageData(text="x"))
+    source.append(UserMessageData(text="x"))
     for bad in (-1, 2):
         with pytest.raises(InvalidForkPointError):
             host.sessions.fork("src", bad)
@@ -201,7 +194,7 @@ async def test_closed_session_takes_no_events(host: Host) -> None:
     await host.sessions.close(session.id)
     assert session.closed
     with pytest.raises(SessionClosedError):
-        session.append(UserMessage, UserMessageData(text="late"))
+        session.append(UserMessageData(text="late"))
     with pytest.raises(SessionNotFoundError):
         host.sessions.get(session.id)
 
@@ -213,7 +206,7 @@ async def test_resume_without_persistence_is_a_typed_error() -> None:
             await host.sessions.resume("anything")
         # Sessions still work in memory; flush is a no-op.
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="x"))
+        session.append(UserMessageData(text="x"))
         await session.flush()
 
 
@@ -263,16 +256,16 @@ async def test_a_failed_flush_keeps_events_in_order_and_the_next_flush_retries(
     plugin = FlakyPlugin()
     async with Host(make_config(persistence="flaky"), plugins=[plugin]) as host:
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="one"))
+        session.append(UserMessageData(text="one"))
         await session.flush()
         plugin.backend.failures, plugin.backend.lands = 2, lands
-        session.append(UserMessage, UserMessageData(text="two"))
+        session.append(UserMessageData(text="two"))
         with pytest.raises(FlushError) as info:
             await session.flush()
         assert info.value.session_id == session.id
         assert isinstance(info.value.__cause__, StorageError)
         assert not session.settled
-        session.append(UserMessage, UserMessageData(text="three"))
+        session.append(UserMessageData(text="three"))
         if not lands:
             with pytest.raises(FlushError):
                 await session.flush()
@@ -293,12 +286,10 @@ async def test_concurrent_sessions_never_cross_buffers(host: Host) -> None:
         session = sessions[index]
         for turn in range(20):
             for part in range(rnd.randint(1, 5)):
-                session.append(
-                    UserMessage, UserMessageData(text=f"{index}:{turn}:{part}")
-                )
+                session.append(UserMessageData(text=f"{index}:{turn}:{part}"))
                 if rnd.random() < 0.3:
                     await asyncio.sleep(0)
-            session.append(TurnEnd, TurnEndData(turn=turn, status="completed"))
+            session.append(TurnEndData(turn=turn, status="completed"))
             await session.flush()
 
     await asyncio.gather(*(talk(i) for i in range(len(sessions))))
@@ -314,9 +305,9 @@ async def test_summary_changes_land_with_the_next_flush(host: Host) -> None:
     session = host.sessions.create()
     session.set_summary(title="A title", first_prompt="hello", status="idle")
     session.set_summary(title="A title")  # unchanged: not dirty again
-    session.append(UserMessage, UserMessageData(text="hello"))
+    session.append(UserMessageData(text="hello"))
     await session.flush()
-    assert not session.writes.summary_dirty
+    assert not summary_unsaved(host, session)
     loaded = await host.require_persistence().load(session.id)
     assert loaded.meta.summary.title == "A title"
     assert loaded.meta.summary.status == "idle"

@@ -17,24 +17,13 @@ from tests.loop.support import BACKENDS, backend_host_config, backend_ready
 from coding_agent import Workspace, choose_model, open_agent, workspace_tools
 from coding_agent.script import scripted_model
 from coding_agent.tools import DEFAULT_INHERITED, RunCommand
-from turnkeep import (
-    AgentLoop,
-    Host,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
-    SessionEvent,
-    Tool,
-    ToolCall,
-    ToolContext,
-    ToolResult,
-    TurnEnd,
-    derive_messages,
-    encode_messages,
-)
+from turnkeep import AgentLoop, Host, SessionEvent, Tool, ToolContext, derive_messages
+from turnkeep.agent import encode_messages
+from turnkeep.agent.openai_compat import OpenAIModel
+from turnkeep.agent.recovery import pairing_problems
 from turnkeep.errors import ToolError
-from turnkeep.openai_compat import OpenAIModel
-from turnkeep.recovery import pairing_problems
+from turnkeep.events import ToolCall, ToolResult, TurnEnd
+from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 CONTEXT = ToolContext(call_id="call_test", session_id="s", agent_id="a", turn=1)
 
@@ -258,9 +247,9 @@ async def test_cancelling_the_turn_kills_the_running_command(
         loop = AgentLoop.create(
             "coding", host=host, model=model, tools=workspace_tools(workspace)
         )
-        running = asyncio.create_task(loop.run_turn(loop.session_id, "go"))
+        running = asyncio.create_task(loop.run_turn("go"))
         pid = int(await asyncio.to_thread(fifo.read_text))  # the command started
-        result = await loop.cancel(loop.session_id)
+        result = await loop.cancel()
         assert result is not None
         assert result.status == "cancelled"
         assert (await running).status == "cancelled"
@@ -378,7 +367,7 @@ def test_cold_and_warm_histories_agree_after_a_real_kill(
             warm = encode_messages(
                 derive_messages(host.sessions.get(session_id).events)
             )
-            await loop.run_turn(session_id, "Thanks. Anything else?")
+            await loop.run_turn("Thanks. Anything else?")
             warm_after = encode_messages(
                 derive_messages(host.sessions.get(session_id).events)
             )

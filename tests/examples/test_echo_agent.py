@@ -9,8 +9,9 @@ import pytest
 from tests.examples.support import Agent, configure, example_env, value
 from tests.loop.support import BACKENDS, backend_host_config, backend_ready
 
-from turnkeep import Host, SessionEvent, TurnEnd, TurnStart, derive_messages
-from turnkeep.recovery import pairing_problems
+from turnkeep import Host, SessionEvent, derive_messages
+from turnkeep.agent.recovery import pairing_problems
+from turnkeep.events import TurnEnd, TurnStart
 
 
 def stored(backend: str, store: Path, session_id: str) -> list[SessionEvent]:

@@ -51,18 +51,16 @@ from tests.loop.support import backend_options, inner_factory  # noqa: E402
 from turnkeep import (  # noqa: E402
     AgentLoop,
     Config,
-    EventRecord,
     Host,
     Session,
     SessionEvent,
-    ToolCall,
     ToolContext,
-    ToolResult,
-    TurnStart,
     hookimpl,
 )
+from turnkeep.events import ToolCall, ToolResult, TurnStart  # noqa: E402
 from turnkeep.meta import SessionMeta, SessionSummary  # noqa: E402
 from turnkeep.persistence import (  # noqa: E402
+    EventRecord,
     LoadedSession,
     SessionPage,
     SessionPersistence,
@@ -234,7 +232,7 @@ async def drive(child: Child) -> None:
             session_id=cmd["session"],
         )
         for turn in range(1, cmd["prior"] + 2):
-            await loop.run_turn(loop.session_id, f"turn {turn}")
+            await loop.run_turn(f"turn {turn}")
     child.report({"done": True, "target": child.target})
 
 

@@ -22,8 +22,9 @@ from typing import Any, Final
 
 import attrs
 
-from turnkeep import ModelRequest, Reply, ScriptedCall, ScriptedModel, ToolContext
+from turnkeep import ModelRequest, ToolContext
 from turnkeep.events import ReplayPolicy
+from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 POINTS: Final = (
     "before-intent",  # the tool/call is appended in memory; no flush yet

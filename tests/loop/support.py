@@ -24,23 +24,18 @@ from typing import Any
 import attrs
 import pytest
 
-from turnkeep import (
-    Config,
-    EventRecord,
-    Host,
-    MemoryPersistence,
-    MemoryStorage,
-    SessionEvent,
-    ToolContext,
-    UserMessage,
-    UserMessageData,
-    hookimpl,
-)
+from turnkeep import Config, Host, SessionEvent, ToolContext, hookimpl
 from turnkeep.config import structure_config
 from turnkeep.errors import StorageError, UnknownBackendError
-from turnkeep.events import ReplayPolicy
+from turnkeep.events import ReplayPolicy, UserMessageData
 from turnkeep.meta import SessionMeta, SessionSummary
-from turnkeep.persistence import LoadedSession, SessionPage, SessionPersistence
+from turnkeep.persistence import (
+    EventRecord,
+    LoadedSession,
+    SessionPage,
+    SessionPersistence,
+)
+from turnkeep.testing import MemoryPersistence, MemoryStorage
 
 BACKENDS = ("jsonl", "sqlite")
 """The durable backends every loop guarantee is tested against."""
@@ -129,7 +124,7 @@ async def _probe(name: str, root: Path) -> str | None:
     try:
         async with Host(backend_host_config(name, root)) as host:
             session = host.sessions.create("probe")
-            session.append(UserMessage, UserMessageData(text="probe"))
+            session.append(UserMessageData(text="probe"))
             await session.flush()
             await host.sessions.close("probe")
             resumed = await host.sessions.resume("probe")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -19,29 +20,21 @@ from tests.loop.support import (
 )
 from tests.loop.test_recovery import crashed_log
 
-from turnkeep import (
-    AgentLoop,
-    AssistantChunk,
-    AssistantMessage,
-    EchoModel,
-    Host,
-    ModelOutput,
-    ModelRequest,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
-    SessionEvent,
-    TextDelta,
-    ToolCall,
-    ToolResult,
-    TurnEnd,
-)
-from turnkeep.recovery import pairing_problems
-from turnkeep.turns import (
+from turnkeep import AgentLoop, Host, ModelOutput, ModelRequest, SessionEvent, TextDelta
+from turnkeep.agent.recovery import pairing_problems
+from turnkeep.agent.turns import (
     CANCELLED_SAFE_OUTPUT,
     CANCELLED_UNSAFE_OUTPUT,
     NOT_RUN_CANCELLED_OUTPUT,
 )
+from turnkeep.events import (
+    AssistantChunk,
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+)
+from turnkeep.testing import EchoModel, Reply, ScriptedCall, ScriptedModel
 
 
 @attrs.define(eq=False)
@@ -72,9 +65,9 @@ async def test_cancel_while_the_model_streams(host: Host) -> None:
     model = Hanging()
     loop = AgentLoop.create("a", host=host, model=model)
     sid = loop.session_id
-    running = asyncio.create_task(loop.run_turn(sid, "hi"))
+    running = asyncio.create_task(loop.run_turn("hi"))
     await model.streaming.wait()
-    cancelled = await loop.cancel(sid)
+    cancelled = await loop.cancel()
     assert cancelled is not None
     assert cancelled.status == "cancelled"
     assert await running == cancelled
@@ -88,10 +81,10 @@ async def test_cancel_while_the_model_streams(host: Host) -> None:
     ]
     assert last_end(host, sid).data.status == "cancelled"
     assert await stored_events(host, sid) == events
-    assert not loop.running(sid)
+    assert not loop.running()
     # The session goes on.
     loop.model = EchoModel()
-    assert (await loop.run_turn(sid, "again")).status == "completed"
+    assert (await loop.run_turn("again")).status == "completed"
 
 
 @pytest.mark.parametrize(
@@ -104,9 +97,9 @@ async def test_cancel_while_a_tool_runs(host: Host, replay: str, output: str) ->
     model = ScriptedModel([Reply("on it", (ScriptedCall("work"),))])
     loop = AgentLoop.create("a", host=host, model=model, tools=[tool])
     sid = loop.session_id
-    running = asyncio.create_task(loop.run_turn(sid, "go"))
+    running = asyncio.create_task(loop.run_turn("go"))
     await tool.started.wait()
-    result = await loop.cancel(sid)
+    result = await loop.cancel()
     assert result is not None
     assert result.status == "cancelled"
     assert tool.cancelled == 1  # the in-flight tool task was cancelled
@@ -133,9 +126,9 @@ async def test_cancel_during_the_intent_flush_lets_it_land_and_runs_nothing(
         loop = AgentLoop.create("a", host=host, model=model, tools=[act])
         sid = loop.session_id
         gate.hold = asyncio.Event()
-        running = asyncio.create_task(loop.run_turn(sid, "go"))
+        running = asyncio.create_task(loop.run_turn("go"))
         await gate.entered.wait()  # the intent's flush is in flight
-        cancelling = asyncio.create_task(loop.cancel(sid))
+        cancelling = asyncio.create_task(loop.cancel())
         await asyncio.sleep(0)  # let cancel() register before the flush lands
         gate.hold.set()
         result = await cancelling
@@ -163,7 +156,7 @@ async def test_cancelling_the_caller_ends_the_turn_before_passing_it_on(
     model = ScriptedModel([Reply("acting", (ScriptedCall("act"),))])
     loop = AgentLoop.create("a", host=host, model=model, tools=[tool])
     sid = loop.session_id
-    caller = asyncio.create_task(loop.run_turn(sid, "go"))
+    caller = asyncio.create_task(loop.run_turn("go"))
     await tool.started.wait()
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -171,15 +164,15 @@ async def test_cancelling_the_caller_ends_the_turn_before_passing_it_on(
     assert tool.cancelled == 1
     assert last_end(host, sid).data.status == "cancelled"
     assert host.sessions.get(sid).settled
-    assert not loop.running(sid)
+    assert not loop.running()
 
 
 @pytest.mark.asyncio
 async def test_cancel_without_a_running_turn_is_a_no_op(host: Host) -> None:
     loop = AgentLoop.create("a", host=host, model=EchoModel())
-    assert await loop.cancel(loop.session_id) is None
-    await loop.run_turn(loop.session_id, "hi")
-    assert await loop.cancel(loop.session_id) is None
+    assert await loop.cancel() is None
+    await loop.run_turn("hi")
+    assert await loop.cancel() is None
     assert last_end(host, loop.session_id).data.status == "completed"
 
 
@@ -188,9 +181,9 @@ async def test_two_cancels_end_one_turn(host: Host) -> None:
     model = Hanging()
     loop = AgentLoop.create("a", host=host, model=model)
     sid = loop.session_id
-    running = asyncio.create_task(loop.run_turn(sid, "hi"))
+    running = asyncio.create_task(loop.run_turn("hi"))
     await model.streaming.wait()
-    first, second = await asyncio.gather(loop.cancel(sid), loop.cancel(sid))
+    first, second = await asyncio.gather(loop.cancel(), loop.cancel())
     assert first == second == await running
     ends = [e for e in host.sessions.get(sid).events if isinstance(e, TurnEnd)]
     assert len(ends) == 1
@@ -200,13 +193,12 @@ async def test_two_cancels_end_one_turn(host: Host) -> None:
 async def test_a_streamed_turn_can_be_cancelled(host: Host) -> None:
     model = Hanging()
     loop = AgentLoop.create("a", host=host, model=model)
-    sid = loop.session_id
     seen: list[SessionEvent] = []
-    stream = loop.stream_turn(sid, "hi")
+    stream = loop.stream_turn("hi")
     async for event in stream:
         seen.append(event)
         if isinstance(event, AssistantChunk):
-            await loop.cancel(sid)
+            await loop.cancel()
     assert isinstance(seen[-1], TurnEnd)
     assert seen[-1].data.status == "cancelled"
     assert (await stream.result()).status == "cancelled"
@@ -220,9 +212,15 @@ async def test_cancel_during_recovery_reruns() -> None:
         await host.sessions.resume("s")
         look = SpyTool("look", replay="safe", block=True)
         loop = AgentLoop.create("agent", host=host, model=EchoModel(), tools=[look])
-        recovering = asyncio.create_task(loop.recover("s"))
-        await look.started.wait()
-        result = await loop.cancel("s")
+
+        async def recover_then_cancel() -> tuple[asyncio.Task[Any], Any]:
+            recovering = asyncio.create_task(loop.recover("s"))
+            await look.started.wait()
+            return recovering, await loop.cancel("s")
+
+        # Only the deprecated form drives a session the loop was not made for.
+        with pytest.warns(DeprecationWarning, match="one loop per session"):
+            recovering, result = await recover_then_cancel()
         assert result is not None
         assert result.status == "cancelled"
         report = await recovering

@@ -31,19 +31,16 @@ from coding_agent.tools import workspace_tools
 from coding_agent.workspace import Workspace
 from turnkeep import (
     AgentLoop,
-    EchoModel,
     Host,
     Model,
     ModelRequest,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
     SessionEvent,
     Tool,
     derive_messages,
-    encode_messages,
 )
+from turnkeep.agent import encode_messages
 from turnkeep.errors import ToolError
+from turnkeep.testing import EchoModel, Reply, ScriptedCall, ScriptedModel
 
 
 @attrs.frozen
@@ -129,7 +126,7 @@ async def test_cold_and_warm_continuation_give_identical_histories(
         warm = AgentLoop.create("agent", host=warm_host, model=model, tools=tools)
         sid = warm.session_id
         for text in transcript.inputs:
-            await warm.run_turn(sid, text)
+            await warm.run_turn(text)
         live = warm_host.sessions.get(sid)
         assert live.settled
         shutil.copytree(warm_root, cold_root)
@@ -149,8 +146,8 @@ async def test_cold_and_warm_continuation_give_identical_histories(
             assert list(loaded.events) == list(live.events)
             assert history(loaded.events) == history(live.events)
 
-            warm_result = await warm.run_turn(sid, transcript.continuation)
-            cold_result = await cold.run_turn(sid, transcript.continuation)
+            warm_result = await warm.run_turn(transcript.continuation)
+            cold_result = await cold.run_turn(transcript.continuation)
             assert warm_result.turn == cold_result.turn == len(transcript.inputs) + 1
             warm_bytes = history(live.events)
             assert history(loaded.events) == warm_bytes

@@ -53,8 +53,9 @@ from tests.loop.support import (
     backend_ready_async,
 )
 
-from turnkeep import AgentLoop, Host, SessionEvent, ToolCall, ToolResult, TurnStart
-from turnkeep.recovery import open_turn, pairing_problems
+from turnkeep import AgentLoop, Host, SessionEvent
+from turnkeep.agent.recovery import open_turn, pairing_problems
+from turnkeep.events import ToolCall, ToolResult, TurnStart
 
 CI_TRIALS = int(os.environ.get("TURNKEEP_SWEEP_TRIALS", "50"))
 SOAK_TRIALS = 5000
@@ -280,7 +281,7 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
         for call_id in report.interrupted:
             assert results_of(durable)[call_id].data.status == "interrupted", where
 
-        result = await loop.run_turn(session_id, "after the crash")
+        result = await loop.run_turn("after the crash")
         assert result.status == "completed", f"{where}: {result}"
         assert result.turn == (
             max(e.data.turn for e in durable if isinstance(e, TurnStart)) + 1

@@ -28,26 +28,15 @@ from tests.loop.support import (
     inner_factory,
     stored_events,
 )
+from tests.support.writes import write_state
 
-from turnkeep import (
-    AgentLoop,
-    EventRecord,
-    Host,
-    ModelOutput,
-    ModelRequest,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
-    Session,
-    ToolCall,
-    ToolResult,
-    TurnCheckpoint,
-    TurnEnd,
-    TurnStart,
-)
+from turnkeep import AgentLoop, Host, ModelOutput, ModelRequest, Session
+from turnkeep.agent.recovery import pairing_problems
+from turnkeep.agent.turns import NOT_DURABLE_OUTPUT
 from turnkeep.errors import FlushError, TurnNotDurableError
-from turnkeep.recovery import pairing_problems
-from turnkeep.turns import NOT_DURABLE_OUTPUT
+from turnkeep.events import ToolCall, ToolResult, TurnCheckpoint, TurnEnd, TurnStart
+from turnkeep.persistence import EventRecord
+from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 TRIALS = 100
 
@@ -141,7 +130,7 @@ async def _trial(
         session_id=f"trial-{index}",
     )
     for number in range(1, turns + 1):
-        result = await loop.run_turn(loop.session_id, f"turn {number}")
+        result = await loop.run_turn(f"turn {number}")
         assert result.status == "completed", result
     return loop.session_id, turns
 
@@ -224,11 +213,11 @@ async def test_item_34_a_failed_flush_keeps_the_next_turn_from_starting(
             sid = loop.session_id
             n = local.randint(1, 3)
             for number in range(1, n):
-                await loop.run_turn(sid, f"turn {number}")
+                await loop.run_turn(f"turn {number}")
             # Turn N's durability points fail from here on.
             failing.add(sid)
             try:
-                result = await loop.run_turn(sid, f"turn {n}")
+                result = await loop.run_turn(f"turn {n}")
             except FlushError:
                 pass  # its final flush failed: the turn is not durable
             else:
@@ -237,24 +226,26 @@ async def test_item_34_a_failed_flush_keeps_the_next_turn_from_starting(
             kept = list(session.events)
             assert isinstance(kept[-1], TurnEnd)
             assert kept[-1].data.turn == n
-            pending = len(session.writes.pending)
+            pending = len(write_state(host, session).pending)
             assert pending > 0
             models_before = len(model.inner.requests)
             for _ in range(2):
                 with pytest.raises(TurnNotDurableError):
-                    await loop.run_turn(sid, f"turn {n + 1}")
+                    await loop.run_turn(f"turn {n + 1}")
             # Turn N+1 never started: no model call, no tool, no event.
             assert len(model.inner.requests) == models_before
             assert all(turn <= n for s, turn, _t in clock.models if s == sid)
             assert all(turn <= n for s, turn, _t in clock.tools if s == sid)
             assert list(session.events) == kept
-            assert len(session.writes.pending) == pending  # still there, in order
+            assert (
+                len(write_state(host, session).pending) == pending
+            )  # still there, in order
             # Unsafe tools of turn N did not run once their intent failed.
             act = tools[1]
             assert all(c.turn < n for c in act.calls)
             # The storage heals: turn N+1 runs, and everything is stored.
             failing.discard(sid)
-            result = await loop.run_turn(sid, f"turn {n + 1}")
+            result = await loop.run_turn(f"turn {n + 1}")
             assert result.status == "completed"
             assert result.turn == n + 1
             stored = await stored_events(host, sid)
@@ -278,8 +269,8 @@ async def test_the_next_turn_retries_a_failed_flush_once(tmp_path: Path) -> None
     async with gated_host(plugin) as host:
         loop = AgentLoop.create("a", host=host, model=ScriptedModel([Reply("one")] * 2))
         with pytest.raises(FlushError):
-            await loop.run_turn(loop.session_id, "first")
-        result = await loop.run_turn(loop.session_id, "second")
+            await loop.run_turn("first")
+        result = await loop.run_turn("second")
         assert result.turn == 2
         gate = plugin.gate
         assert gate is not None
@@ -307,7 +298,7 @@ async def test_an_unsafe_tool_does_not_run_when_its_intent_cannot_be_saved(
     async with gated_host(plugin) as host:
         loop = AgentLoop.create("a", host=host, model=model, tools=[act, look])
         failing.add(loop.session_id)
-        result = await loop.run_turn(loop.session_id, "go")
+        result = await loop.run_turn("go")
         assert result.status == "failed"
         assert result.error is not None
         assert "could not be made durable before it ran" in result.error
@@ -326,7 +317,7 @@ async def test_an_unsafe_tool_does_not_run_when_its_intent_cannot_be_saved(
         assert pairing_problems(stored) == []
         failing.clear()
         loop.model = ScriptedModel(lambda _request: Reply("fine"))
-        assert (await loop.run_turn(loop.session_id, "again")).status == "completed"
+        assert (await loop.run_turn("again")).status == "completed"
 
 
 @pytest.mark.asyncio
@@ -339,7 +330,7 @@ async def test_a_storage_that_never_heals_never_lets_a_turn_start(
     async with gated_host(plugin) as host:
         loop = AgentLoop.create("a", host=host, model=model, tools=[act])
         with pytest.raises(FlushError):
-            await loop.run_turn(loop.session_id, "go")
+            await loop.run_turn("go")
         assert act.calls == []
         starts = [e for e in host.sessions.get(loop.session_id).events]
         gate = plugin.gate
@@ -347,15 +338,15 @@ async def test_a_storage_that_never_heals_never_lets_a_turn_start(
         for _ in range(3):
             attempts = len(gate.appends)
             with pytest.raises(TurnNotDurableError) as raised:
-                await loop.run_turn(loop.session_id, "go on")
+                await loop.run_turn("go on")
             assert isinstance(raised.value.__cause__, FlushError)
             # The refused turn retried the unsaved flush once, not more.
             assert len(gate.appends) == attempts + 1
         assert list(host.sessions.get(loop.session_id).events) == starts
         assert len([e for e in starts if isinstance(e, TurnStart)]) == 1
         with pytest.raises(TurnNotDurableError):
-            await loop.recover(loop.session_id)
-        stream = loop.stream_turn(loop.session_id, "streamed")
+            await loop.recover()
+        stream = loop.stream_turn("streamed")
         with pytest.raises(TurnNotDurableError):
             await anext(stream)  # a refused turn yields no event
         # Closing the host cannot drain it either: the error says so.

@@ -12,26 +12,16 @@ from tests.loop.support import SharedMemory, SpyTool, shared_host, stored_events
 
 from turnkeep import (
     AgentLoop,
-    AssistantChunk,
-    AssistantMessage,
-    EchoModel,
     Host,
     ModelOutput,
     ModelRequest,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
     SessionEvent,
     TextDelta,
-    ToolCall,
     ToolContext,
-    ToolResult,
-    TurnCheckpoint,
-    TurnEnd,
-    TurnStart,
-    UserMessage,
     function_tool,
 )
+from turnkeep.agent.recovery import pairing_problems
+from turnkeep.agent.turns import call_id_for
 from turnkeep.errors import (
     ConfigurationError,
     PersistenceNotConfiguredError,
@@ -39,8 +29,17 @@ from turnkeep.errors import (
     ToolError,
     TurnInProgressError,
 )
-from turnkeep.recovery import pairing_problems
-from turnkeep.turns import call_id_for
+from turnkeep.events import (
+    AssistantChunk,
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    TurnCheckpoint,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+from turnkeep.testing import EchoModel, Reply, ScriptedCall, ScriptedModel
 
 
 def say(text: str, *calls: ScriptedCall) -> Reply:
@@ -75,7 +74,7 @@ async def test_a_turn_records_its_events_in_order(host: Host) -> None:
         [say("Looking.", call("look", x=1)), say("Acting.", call("act")), say("Done.")]
     )
     loop = AgentLoop.create("a", host=host, model=model, tools=[look, act])
-    result = await loop.run_turn(loop.session_id, "do it")
+    result = await loop.run_turn("do it")
     events = list(host.sessions.get(loop.session_id).events)
     assert kinds(events) == [
         "turn/start",
@@ -122,8 +121,8 @@ async def test_the_model_sees_history_derived_from_the_log(host: Host) -> None:
         tools=[SpyTool("look", replay="safe")],
         instructions="be brief",
     )
-    await loop.run_turn(loop.session_id, "first")
-    await loop.run_turn(loop.session_id, "second")
+    await loop.run_turn("first")
+    await loop.run_turn("second")
     last = model.requests[-1]
     assert [m.role for m in last.messages] == [
         "user",
@@ -142,8 +141,8 @@ async def test_turn_numbering_continues_after_resume() -> None:
     shared = SharedMemory()
     async with shared_host(shared) as first:
         loop = AgentLoop.create("agent", host=first, model=EchoModel())
-        await loop.run_turn(loop.session_id, "a")
-        await loop.run_turn(loop.session_id, "b")
+        await loop.run_turn("a")
+        await loop.run_turn("b")
         session_id = loop.session_id
         await loop.close()
     async with shared_host(shared) as second:
@@ -155,7 +154,7 @@ async def test_turn_numbering_continues_after_resume() -> None:
         assert again.agent_id == "agent" != session_id
         assert again.recovery is not None
         assert not again.recovery.recovered
-        result = await again.run_turn(session_id, "c")
+        result = await again.run_turn("c")
         assert result.turn == 3
         starts = [
             e.data.turn
@@ -173,8 +172,8 @@ async def test_resume_without_persistence_is_a_typed_error() -> None:
         assert host.sessions.list() == []
         # Without persistence a loop still runs (nothing outlives the process).
         loop = AgentLoop.create("a", host=host, model=EchoModel())
-        assert (await loop.run_turn(loop.session_id, "hi")).status == "completed"
-        assert (await loop.run_turn(loop.session_id, "again")).turn == 2
+        assert (await loop.run_turn("hi")).status == "completed"
+        assert (await loop.run_turn("again")).turn == 2
 
 
 @pytest.mark.asyncio
@@ -191,24 +190,24 @@ async def test_an_overlapping_turn_is_refused_before_it_changes_anything(
     model = ScriptedModel([say("wait", call("slow")), say("done")])
     loop = AgentLoop.create("a", host=host, model=model, tools=[slow])
     sid = loop.session_id
-    first = asyncio.create_task(loop.run_turn(sid, "one"))
+    first = asyncio.create_task(loop.run_turn("one"))
     await slow.started.wait()
     session = host.sessions.get(sid)
     before = list(session.events)
     requests = len(model.requests)
     with pytest.raises(TurnInProgressError):
-        await loop.run_turn(sid, "two")
+        await loop.run_turn("two")
     with pytest.raises(TurnInProgressError):
-        loop.stream_turn(sid, "two")
+        loop.stream_turn("two")
     with pytest.raises(TurnInProgressError):
-        await loop.recover(sid)
+        await loop.recover()
     assert list(session.events) == before
     assert len(model.requests) == requests
-    assert loop.running(sid)
+    assert loop.running()
     slow.release.set()
     assert (await first).status == "completed"
-    assert not loop.running(sid)
-    assert (await loop.run_turn(sid, "two")).turn == 2
+    assert not loop.running()
+    assert (await loop.run_turn("two")).turn == 2
 
 
 @pytest.mark.asyncio
@@ -216,12 +215,12 @@ async def test_turns_of_different_sessions_run_side_by_side(host: Host) -> None:
     slow = SpyTool("slow", block=True)
     model = ScriptedModel([say("wait", call("slow")), say("done")])
     loop = AgentLoop.create("a", host=host, model=model, tools=[slow])
-    other = loop.new_session("other")
-    first = asyncio.create_task(loop.run_turn(loop.session_id, "one"))
+    other = AgentLoop.create("a", host=host, model=model, tools=[slow])
+    first = asyncio.create_task(loop.run_turn("one"))
     await slow.started.wait()
     echo = AgentLoop.create("b", host=host, model=EchoModel(), session_id="third")
-    assert (await echo.run_turn("third", "hi")).status == "completed"
-    second = asyncio.create_task(loop.run_turn(other, "two"))
+    assert (await echo.run_turn("hi")).status == "completed"
+    second = asyncio.create_task(other.run_turn("two"))
     while len(slow.calls) < 2:
         slow.started.clear()
         await slow.started.wait()
@@ -237,7 +236,7 @@ async def test_stream_turn_yields_each_event_as_it_is_appended(host: Host) -> No
     )
     session = host.sessions.get(loop.session_id)
     seen: list[SessionEvent] = []
-    stream = loop.stream_turn(loop.session_id, "check")
+    stream = loop.stream_turn("check")
     async for event in stream:
         # Yielded in append order, each one already in the log.
         assert session.events[event.seq] is event
@@ -254,8 +253,8 @@ async def test_stream_turn_yields_each_event_as_it_is_appended(host: Host) -> No
 async def test_on_event_sees_every_event_of_every_turn(host: Host) -> None:
     seen: list[SessionEvent] = []
     loop = AgentLoop.create("a", host=host, model=EchoModel(), on_event=seen.append)
-    await loop.run_turn(loop.session_id, "x")
-    await loop.run_turn(loop.session_id, "y")
+    await loop.run_turn("x")
+    await loop.run_turn("y")
     assert seen == list(host.sessions.get(loop.session_id).events)
 
 
@@ -281,7 +280,7 @@ class _Odd:
         (ScriptedModel([]), "the scripted model has 0 replies"),
         (_Broken(RuntimeError("provider down")), "RuntimeError: provider down"),
         (_Broken(ToolError("odd")), "ToolError: odd"),
-        (_Odd(), "expected TextDelta or ToolCallRequested"),
+        (_Odd(), "expected TextDelta or ModelToolCall"),
     ],
 )
 @pytest.mark.asyncio
@@ -289,7 +288,7 @@ async def test_a_failing_model_ends_the_turn_failed(
     host: Host, model: Any, expected: str
 ) -> None:
     loop = AgentLoop.create("a", host=host, model=model)
-    result = await loop.run_turn(loop.session_id, "hi")
+    result = await loop.run_turn("hi")
     assert result.status == "failed"
     assert result.error is not None
     assert expected in result.error
@@ -301,7 +300,7 @@ async def test_a_failing_model_ends_the_turn_failed(
     assert session.summary.status == "failed"
     # The session stays usable.
     loop.model = EchoModel()
-    assert (await loop.run_turn(loop.session_id, "again")).status == "completed"
+    assert (await loop.run_turn("again")).status == "completed"
 
 
 @pytest.mark.asyncio
@@ -323,7 +322,7 @@ async def test_tool_failures_are_results_the_model_sees(host: Host) -> None:
     loop = AgentLoop.create(
         "a", host=host, model=model, tools=[refusing, crashing, wrong]
     )
-    result = await loop.run_turn(loop.session_id, "go")
+    result = await loop.run_turn("go")
     assert result.status == "completed"
     events = host.sessions.get(loop.session_id).events
     results = [e.data for e in events if isinstance(e, ToolResult)]
@@ -352,7 +351,7 @@ async def test_a_model_that_never_stops_calling_tools_fails_the_turn(
     model = ScriptedModel(lambda _request: say("again", call("look")))
     look = SpyTool("look", replay="safe")
     loop = AgentLoop.create("a", host=host, model=model, tools=[look], max_steps=3)
-    result = await loop.run_turn(loop.session_id, "loop forever")
+    result = await loop.run_turn("loop forever")
     assert result.status == "failed"
     assert result.error == "the model called tools 3 times without finishing"
     assert len(look.calls) == 3
@@ -367,7 +366,7 @@ async def test_values_the_log_cannot_hold_keep_the_pairing() -> None:
             [say("", call("big"), call("big", blob="y" * 1000)), say("ok")]
         )
         loop = AgentLoop.create("a", host=host, model=model, tools=[big])
-        result = await loop.run_turn(loop.session_id, "go")
+        result = await loop.run_turn("go")
         assert result.status == "completed"
         events = list(host.sessions.get(loop.session_id).events)
         results = [e.data for e in events if isinstance(e, ToolResult)]
@@ -377,7 +376,7 @@ async def test_values_the_log_cannot_hold_keep_the_pairing() -> None:
         assert len(big.calls) == 1  # the call with unrecordable arguments never ran
         assert pairing_problems(events) == []
         # A user message the log cannot hold fails its turn, which still ends.
-        failed = await loop.run_turn(loop.session_id, "z" * 1000)
+        failed = await loop.run_turn("z" * 1000)
         assert failed.status == "failed"
         assert "user/message" in (failed.error or "")
         assert "over the limit" in (failed.error or "")
@@ -394,7 +393,7 @@ async def test_a_tool_gets_a_copy_of_its_arguments(host: Host) -> None:
 
     model = ScriptedModel([say("", call("meddle", items=["a"])), say("ok")])
     loop = AgentLoop.create("a", host=host, model=model, tools=[meddle])
-    await loop.run_turn(loop.session_id, "go")
+    await loop.run_turn("go")
     logged = next(
         e for e in host.sessions.get(loop.session_id).events if isinstance(e, ToolCall)
     )
@@ -405,11 +404,11 @@ async def test_a_tool_gets_a_copy_of_its_arguments(host: Host) -> None:
 async def test_the_summary_follows_the_turns(host: Host) -> None:
     loop = AgentLoop.create("a", host=host, model=ScriptedModel([say("ok")]))
     session = host.sessions.get(loop.session_id)
-    await loop.run_turn(loop.session_id, "  Fix the build\nthen the docs")
+    await loop.run_turn("  Fix the build\nthen the docs")
     assert session.summary.title == "Fix the build"
     assert session.summary.first_prompt == "  Fix the build\nthen the docs"
     assert session.summary.status == "idle"
-    await loop.run_turn(loop.session_id, "second")  # the script has run out
+    await loop.run_turn("second")  # the script has run out
     assert session.summary.status == "failed"
     assert session.summary.first_prompt == "  Fix the build\nthen the docs"
     stored = await host.require_persistence().load(loop.session_id)
@@ -446,15 +445,16 @@ async def test_bad_loop_definitions_are_configuration_errors(host: Host) -> None
 @pytest.mark.asyncio
 async def test_run_turn_on_a_session_that_is_not_live(host: Host) -> None:
     loop = AgentLoop.create("a", host=host, model=EchoModel())
+    await loop.close()
     with pytest.raises(SessionNotFoundError):
-        await loop.run_turn("elsewhere", "hi")
-    assert not loop.running("elsewhere")
+        await loop.run_turn("hi")
+    assert not loop.running()
 
 
 @pytest.mark.asyncio
 async def test_close_flushes_and_releases_the_session(host: Host) -> None:
     loop = AgentLoop.create("a", host=host, model=EchoModel())
-    await loop.run_turn(loop.session_id, "hi")
+    await loop.run_turn("hi")
     await loop.close()
     assert host.sessions.list() == []
     again = await AgentLoop.resume("a", loop.session_id, host=host, model=EchoModel())
@@ -468,7 +468,7 @@ async def test_close_flushes_and_releases_the_session(host: Host) -> None:
 @pytest.mark.asyncio
 async def test_echo_and_scripted_models_are_deterministic(host: Host) -> None:
     loop = AgentLoop.create("a", host=host, model=EchoModel(prefix="> "))
-    result = await loop.run_turn(loop.session_id, "hello  world ")
+    result = await loop.run_turn("hello  world ")
     assert result.text == "> hello  world "
     chunks = [
         e.data.text

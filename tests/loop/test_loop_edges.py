@@ -11,22 +11,18 @@ from typing import Any
 import pytest
 from tests.conftest import make_config
 
-from turnkeep import (
-    AgentLoop,
+from turnkeep import AgentLoop, Host, ToolContext, function_tool, hookimpl
+from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.recovery import pairing_problems
+from turnkeep.errors import StorageError, TurnInProgressError
+from turnkeep.persistence import EventRecord
+from turnkeep.testing import (
     EchoModel,
-    EventRecord,
-    Host,
     MemoryPersistence,
     Reply,
     ScriptedCall,
     ScriptedModel,
-    ToolContext,
-    function_tool,
-    hookimpl,
 )
-from turnkeep.errors import StorageError, TurnInProgressError
-from turnkeep.models import ModelOutput, ModelRequest
-from turnkeep.recovery import pairing_problems
 
 
 @pytest.mark.asyncio
@@ -45,7 +41,7 @@ async def test_a_second_loop_cannot_recover_a_turn_that_is_still_running(
 
     model = ScriptedModel([Reply("paying", (ScriptedCall("pay"),)), Reply("done")])
     first = AgentLoop.create("a1", host=host, model=model, tools=[pay])
-    turn = asyncio.ensure_future(first.run_turn(first.session_id, "pay the bill"))
+    turn = asyncio.ensure_future(first.run_turn("pay the bill"))
     await started.wait()
     with pytest.raises(TurnInProgressError):
         await AgentLoop.resume(
@@ -54,7 +50,11 @@ async def test_a_second_loop_cannot_recover_a_turn_that_is_still_running(
     second = AgentLoop.create(
         "a3", host=host, model=model, tools=[pay], session_id="other"
     )
-    with pytest.raises(TurnInProgressError):
+    # Only the deprecated form lets one loop name another loop's session.
+    with (
+        pytest.warns(DeprecationWarning, match="one loop per session"),
+        pytest.raises(TurnInProgressError),
+    ):
         await second.run_turn(first.session_id, "me too")
     release.set()
     assert (await turn).status == "completed"
@@ -75,7 +75,7 @@ async def test_a_model_failing_before_it_streams_ends_the_turn_failed(
     host: Host,
 ) -> None:
     loop = AgentLoop.create("a", host=host, model=Exploding())
-    result = await loop.run_turn(loop.session_id, "hi")
+    result = await loop.run_turn("hi")
     assert result.status == "failed"
     assert result.error is not None
     assert "KeyError" in result.error
@@ -105,7 +105,7 @@ async def test_an_abandoned_stream_leaves_no_unretrieved_task_error(
     async with Host(make_config(persistence="failing"), plugins=[Plugin()]) as host:
         loop = AgentLoop.create("a", host=host, model=EchoModel())
         backend.failures = 5  # the turn's final flush fails: the task raises
-        stream = loop.stream_turn(loop.session_id, "hello there")
+        stream = loop.stream_turn("hello there")
         async for _ in stream:
             break  # the consumer stops early, as it may, and never asks again
         task = stream._task
@@ -124,7 +124,7 @@ async def test_titles_come_from_the_redacted_message() -> None:
         model = ScriptedModel([Reply("ok")])
         loop = AgentLoop.create("a", host=host, model=model)
         prompt = "x" * 70 + f" {token} please use it"
-        await loop.run_turn(loop.session_id, prompt)
+        await loop.run_turn(prompt)
         summary = host.sessions.get(loop.session_id).summary
         assert summary.title is not None
         assert summary.first_prompt is not None

@@ -23,11 +23,11 @@ from tests.loop.support import (
 )
 
 from turnkeep import AgentLoop, Host, ModelRequest
+from turnkeep.agent.messages import HistoryToolCall, Message
+from turnkeep.agent.models import ModelToolCall, TextDelta
+from turnkeep.agent.openai_compat import DEFAULT_BASE_URL, OpenAIConfig, OpenAIModel
+from turnkeep.agent.tools import ToolSpec
 from turnkeep.errors import ConfigurationError
-from turnkeep.messages import Message, ToolCallRequest
-from turnkeep.models import TextDelta, ToolCallRequested
-from turnkeep.openai_compat import DEFAULT_BASE_URL, OpenAIConfig, OpenAIModel
-from turnkeep.tools import ToolSpec
 
 
 def sse(*chunks: dict[str, Any]) -> bytes:
@@ -106,7 +106,7 @@ async def test_a_turn_with_tool_calls_and_the_key_never_stored(
         loop = AgentLoop.create(
             "agent", host=host, model=model, tools=[look, act], instructions="be kind"
         )
-        result = await loop.run_turn(loop.session_id, "look at a.txt")
+        result = await loop.run_turn("look at a.txt")
         assert (result.status, result.text) == ("completed", "All done.")
         assert look.arguments == [{"path": "a.txt"}]
         assert len(act.calls) == 1
@@ -157,7 +157,7 @@ async def test_a_server_that_echoes_the_key_in_an_error_leaks_nothing(
     model = model_for(key, refuse)
     async with Host(backend_host_config(backend, tmp_path)) as host:
         loop = AgentLoop.create("agent", host=host, model=model)
-        result = await loop.run_turn(loop.session_id, "hello")
+        result = await loop.run_turn("hello")
         assert result.status == "failed"
         assert result.error is not None
         assert "HTTP 401" in result.error
@@ -220,7 +220,7 @@ async def test_history_is_sent_in_the_chat_completions_shape() -> None:
             Message(
                 role="assistant",
                 content="",
-                tool_calls=(ToolCallRequest(id="c1", name="t", arguments={"a": 1}),),
+                tool_calls=(HistoryToolCall(id="c1", name="t", arguments={"a": 1}),),
             ),
             Message(role="tool", content="out", tool_call_id="c1", status="ok"),
         ),
@@ -253,7 +253,7 @@ async def test_tool_calls_without_arguments_are_empty_objects() -> None:
     server = Server("", [sse(tool_delta(0, function={"name": "t"}))])
     model = model_for("", server.handle)
     request = ModelRequest(messages=(Message(role="user", content="hi"),))
-    assert await collect(model, request) == [ToolCallRequested("t", {})]
+    assert await collect(model, request) == [ModelToolCall("t", {})]
     await model.aclose()
 
 

@@ -9,37 +9,36 @@ import pytest
 from hypothesis import given, strategies as st
 
 from turnkeep import (
-    EchoModel,
     ModelRequest,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
+    ModelToolCall,
     SessionEvent,
     TextDelta,
+    ToolContext,
+    function_tool,
+)
+from turnkeep.agent import replay_policy
+from turnkeep.agent.messages import Message
+from turnkeep.agent.models import split_words
+from turnkeep.agent.recovery import (
+    RecoveryReport,
+    last_turn_number,
+    open_turn,
+    pairing_problems,
+)
+from turnkeep.agent.tools import int_argument, str_argument, tool_spec
+from turnkeep.agent.turns import call_id_for
+from turnkeep.errors import ModelError, ToolError
+from turnkeep.events import (
     ToolCall,
     ToolCallData,
-    ToolCallRequested,
-    ToolContext,
     ToolResult,
     ToolResultData,
     TurnEnd,
     TurnEndData,
     TurnStart,
     TurnStartData,
-    function_tool,
-    replay_policy,
 )
-from turnkeep.errors import ModelError, ToolError
-from turnkeep.messages import Message
-from turnkeep.models import split_words
-from turnkeep.recovery import (
-    RecoveryReport,
-    last_turn_number,
-    open_turn,
-    pairing_problems,
-)
-from turnkeep.tools import int_argument, str_argument, tool_spec
-from turnkeep.turns import call_id_for
+from turnkeep.testing import EchoModel, Reply, ScriptedCall, ScriptedModel
 
 
 @given(st.text())
@@ -62,7 +61,7 @@ async def test_scripted_model_follows_the_history() -> None:
     assert await collect(model, first) == [
         TextDelta("one "),
         TextDelta("two"),
-        ToolCallRequested("t", {"a": 1}),
+        ModelToolCall("t", {"a": 1}),
     ]
     later = ModelRequest(
         messages=(*first.messages, Message(role="assistant", content="one two"))

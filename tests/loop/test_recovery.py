@@ -16,17 +16,16 @@ from tests.loop.support import (
     shared_host,
     stored_events,
 )
+from tests.support.writes import write_state
 
-from turnkeep import (
-    AgentLoop,
-    AssistantMessage,
+from turnkeep import AgentLoop, Host
+from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
+from turnkeep.agent.recovery import open_turn, pairing_problems
+from turnkeep.agent.turns import call_id_for
+from turnkeep.errors import FlushError
+from turnkeep.events import (
     AssistantMessageData,
-    EchoModel,
-    Host,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
-    ToolCall,
+    ReplayPolicy,
     ToolCallData,
     ToolResult,
     ToolResultData,
@@ -36,14 +35,9 @@ from turnkeep import (
     TurnEndData,
     TurnStart,
     TurnStartData,
-    UserMessage,
     UserMessageData,
 )
-from turnkeep.errors import FlushError
-from turnkeep.events import ReplayPolicy
-from turnkeep.messages import INTERRUPTED_TOOL_OUTPUT
-from turnkeep.recovery import open_turn, pairing_problems
-from turnkeep.turns import call_id_for
+from turnkeep.testing import EchoModel, Reply, ScriptedCall, ScriptedModel
 
 
 async def crashed_log(
@@ -59,24 +53,23 @@ async def crashed_log(
     `answered` have results. Returns the call ids.
     """
     session = host.sessions.create(session_id)
-    session.append(TurnStart, TurnStartData(turn=1))
-    session.append(UserMessage, UserMessageData(text="first"))
-    session.append(AssistantMessage, AssistantMessageData(text="fine"))
-    session.append(TurnEnd, TurnEndData(turn=1, status="completed"))
-    session.append(TurnStart, TurnStartData(turn=2))
-    session.append(UserMessage, UserMessageData(text="second"))
-    session.append(AssistantMessage, AssistantMessageData(text="working"))
+    session.append(TurnStartData(turn=1))
+    session.append(UserMessageData(text="first"))
+    session.append(AssistantMessageData(text="fine"))
+    session.append(TurnEndData(turn=1, status="completed"))
+    session.append(TurnStartData(turn=2))
+    session.append(UserMessageData(text="second"))
+    session.append(AssistantMessageData(text="working"))
     ids: list[str] = []
     for index, (name, replay) in enumerate(calls):
         call_id = call_id_for(session_id, session.next_seq)
         ids.append(call_id)
         session.append(
-            ToolCall,
             ToolCallData(call_id=call_id, name=name, arguments={}, replay=replay),
         )
         if index < answered:
-            session.append(ToolResult, ToolResultData(call_id=call_id, output="done"))
-    session.append(TurnCheckpoint, TurnCheckpointData(turn=2, reason="unsafe-tool"))
+            session.append(ToolResultData(call_id=call_id, output="done"))
+    session.append(TurnCheckpointData(turn=2, reason="unsafe-tool"))
     await session.flush()
     await host.sessions.close(session_id)
     return ids
@@ -90,7 +83,7 @@ async def test_a_crash_mid_tool_is_reported_interrupted_and_never_run_again() ->
     model = ScriptedModel([Reply("acting", (ScriptedCall("act", {"n": 1}),))])
     crashed = AgentLoop.create("agent", host=first, model=model, tools=[act_before])
     sid = crashed.session_id
-    running = asyncio.create_task(crashed.run_turn(sid, "do the thing"))
+    running = asyncio.create_task(crashed.run_turn("do the thing"))
     await act_before.started.wait()  # the intent is durable; the tool runs
     (call_id,) = act_before.call_ids
 
@@ -121,7 +114,7 @@ async def test_a_crash_mid_tool_is_reported_interrupted_and_never_run_again() ->
         assert second.sessions.get(sid).summary.status == "interrupted"
 
         # The next turn sees the interruption in its history.
-        nxt = await loop.run_turn(sid, "what happened?")
+        nxt = await loop.run_turn("what happened?")
         assert nxt.turn == 2
         tool_messages = [m for m in later.requests[0].messages if m.role == "tool"]
         assert [(m.status, m.content) for m in tool_messages] == [
@@ -212,7 +205,7 @@ async def test_continue_turn_asks_the_model_again_with_that_history() -> None:
         assert (end.data.turn, end.data.status) == (2, "completed")
         assert [e.data.turn for e in events if isinstance(e, TurnStart)] == [1, 2]
         assert pairing_problems(events) == []
-        assert (await loop.run_turn("s", "next")).turn == 3
+        assert (await loop.run_turn("next")).turn == 3
 
 
 @pytest.mark.asyncio
@@ -241,14 +234,14 @@ async def test_recover_on_a_log_that_ends_between_turns_does_nothing(
     host: Host,
 ) -> None:
     loop = AgentLoop.create("agent", host=host, model=EchoModel())
-    await loop.run_turn(loop.session_id, "hi")
+    await loop.run_turn("hi")
     before = list(host.sessions.get(loop.session_id).events)
-    report = await loop.recover(loop.session_id)
+    report = await loop.recover()
     assert not report.recovered
     assert report.describe().startswith("The session ended cleanly")
     assert list(host.sessions.get(loop.session_id).events) == before
-    empty = loop.new_session()
-    assert not (await loop.recover(empty)).recovered
+    empty = AgentLoop.create("agent", host=host, model=EchoModel())
+    assert not (await empty.recover()).recovered
 
 
 @pytest.mark.asyncio
@@ -258,7 +251,9 @@ async def test_a_new_turn_on_a_cut_off_log_recovers_it_first() -> None:
         await host.sessions.resume("s")  # loaded by hand, not by AgentLoop.resume
         act = SpyTool("act")
         loop = AgentLoop.create("agent", host=host, model=EchoModel(), tools=[act])
-        result = await loop.run_turn("s", "go on")
+        # Only the deprecated form drives a session the loop was not made for.
+        with pytest.warns(DeprecationWarning, match="one loop per session"):
+            result = await loop.run_turn("s", "go on")
         assert result.turn == 3
         assert act.calls == []
         events = list(host.sessions.get("s").events)
@@ -282,16 +277,21 @@ async def test_recovery_that_cannot_be_saved_is_retried_not_duplicated(
     async with gated_host(plugin) as host:
         ids = await crashed_log(host, "s", [("act", "unsafe")])
         failing[0] = True
-        await host.sessions.resume("s")
         act = SpyTool("act")
-        loop = AgentLoop.create("agent", host=host, model=EchoModel(), tools=[act])
         with pytest.raises(FlushError):
-            await loop.recover("s")
+            await AgentLoop.resume(
+                "agent", "s", host=host, model=EchoModel(), tools=[act]
+            )
         session = host.sessions.get("s")
         assert open_turn(session.events) is not None  # still open, answer in memory
-        assert len(session.writes.pending) == 2  # the answer and the checkpoint
+        assert (
+            len(write_state(host, session).pending) == 2
+        )  # the answer and the checkpoint
         failing[0] = False
-        result = await loop.run_turn("s", "again")
+        loop = await AgentLoop.resume(
+            "agent", "s", host=host, model=EchoModel(), tools=[act]
+        )
+        result = await loop.run_turn("again")
         assert result.status == "completed"
         events = await stored_events(host, "s")
         assert pairing_problems(events) == []

@@ -12,15 +12,8 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from turnkeep import (
-    AgentLoop,
-    Host,
-    Reply,
-    ScriptedCall,
-    ScriptedModel,
-    ToolContext,
-    function_tool,
-)
+from turnkeep import AgentLoop, Host, ToolContext, function_tool
+from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 KINDS = (
     "aws",
@@ -108,6 +101,6 @@ async def run_canary_turns(host: Host, secrets: list[tuple[str, str]]) -> str:
     session = host.sessions.get(loop.session_id)
     session.set_summary(title=f"deploy {groups[0][0]}", first_prompt=groups[0][0])
     for group in groups:
-        await loop.run_turn(loop.session_id, f"use this key: {group[0]}")
+        await loop.run_turn(f"use this key: {group[0]}")
     await loop.close()
     return loop.session_id

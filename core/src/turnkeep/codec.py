@@ -103,6 +103,12 @@ class EventCodec:
     _opaque: dict[str, type[SessionEvent]] = attrs.field(
         init=False, factory=dict[str, type[SessionEvent]], repr=False
     )
+    kinds: dict[type, type[SessionEvent]] = attrs.field(
+        init=False, factory=dict[type, type[SessionEvent]], repr=False
+    )
+    """Payload class -> the event class it belongs to, for the payload classes
+    that name exactly one registered type (updated in place: sessions keep a
+    reference)."""
 
     def __attrs_post_init__(self) -> None:
         if self.max_event_bytes <= 0:
@@ -125,6 +131,9 @@ class EventCodec:
             by_name[name] = cls
         self.types = tuple(types)
         self._by_name = by_name
+        kinds = _payload_kinds(by_name.values())
+        self.kinds.clear()
+        self.kinds.update(kinds)
         self._opaque = {}
         union: Any = _union(by_name.values())
         self._decoder = msgspec.json.Decoder(union)
@@ -263,6 +272,24 @@ class EventCodec:
             cls = make_event_class(env.type, msgspec.Raw, ignorable=True)
             self._opaque[env.type] = cls
         return cls(seq=env.seq, time=env.time, data=env.data)
+
+
+def _payload_kinds(
+    classes: Iterable[type[SessionEvent]],
+) -> dict[type, type[SessionEvent]]:
+    owners: dict[type, list[type[SessionEvent]]] = {}
+    for cls in classes:
+        data = next(f.type for f in msgspec.structs.fields(cls) if f.name == "data")
+        if isinstance(data, type) and data not in _SHARED_PAYLOADS:
+            owners.setdefault(data, []).append(cls)
+    # A payload class shared by several types names none of them.
+    return {data: found[0] for data, found in owners.items() if len(found) == 1}
+
+
+_SHARED_PAYLOADS: Final = frozenset(
+    {object, dict, list, str, int, float, bool, bytes, msgspec.Raw}
+)
+"""Classes too general to name an event type, even if only one uses them."""
 
 
 def _union(classes: Iterable[type[SessionEvent]]) -> Any:

@@ -17,6 +17,7 @@ __all__ = [
     "EventNotSerializableError",
     "EventRejectedError",
     "EventTooLargeError",
+    "EventTypeError",
     "FlushError",
     "HookContractError",
     "InvalidCursorError",
@@ -164,6 +165,12 @@ class InvalidSeedError(TurnkeepError, ValueError):
     """Seed events for a new session are not a contiguous log from seq 0."""
 
     code = "invalid-seed"
+
+
+class EventTypeError(TurnkeepError, TypeError):
+    """A payload was appended without a type, and its class names none."""
+
+    code = "event-type"
 
 
 class EventRejectedError(TurnkeepError, ValueError):

@@ -13,20 +13,89 @@ keeps the two in step.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
 if TYPE_CHECKING:
+    from turnkeep.codec import EventCodec
+    from turnkeep.config import Config
     from turnkeep.events import SessionEvent
-    from turnkeep.host import Host
     from turnkeep.session import Session
+    from turnkeep.store import SessionStore
 
-__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+__all__ = [
+    "PROJECT_NAME",
+    "PluginHost",
+    "RegisterEventType",
+    "RegisterPersistence",
+    "hookimpl",
+    "hookspec",
+]
 
 PROJECT_NAME = "turnkeep"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class PluginHost(Protocol):
+    """What a plugin sees of its host in `plugin_apply` and `plugin_dispose`.
+
+    Implemented by `turnkeep.Host`. Typed as a protocol so that the hook
+    contract does not depend on the host's module (which registers plugins
+    that implement these hooks).
+    """
+
+    @property
+    def config(self) -> Config:
+        """The host's configuration."""
+        ...
+
+    @property
+    def codec(self) -> EventCodec:
+        """The event codec (built-in vocabulary plus registered types)."""
+        ...
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The live sessions (`sessions.list()`)."""
+        ...
+
+
+class RegisterPersistence(Protocol):
+    """The `register` callback that `register_persistence` receives."""
+
+    def __call__(
+        self,
+        name: str,
+        factory: Callable[[Any], object],
+        config_type: type[Any] | None = None,
+    ) -> None:
+        """Contribute backend `name`.
+
+        Args:
+            name: the backend's configuration key (`persistence = "<name>"`).
+            factory: builds the backend from its structured options (an
+                instance of `config_type`, or `None`).
+            config_type: the attrs class of its `[backends.<name>]` options,
+                or `None` when it takes none.
+
+        Raises:
+            PersistenceConflictError: the plugin registers `name` twice.
+        """
+        ...
+
+
+class RegisterEventType(Protocol):
+    """The `register` callback that `register_event_types` receives."""
+
+    def __call__(self, cls: type[SessionEvent]) -> None:
+        """Contribute event class `cls` (its tag must be new).
+
+        Raises:
+            ConfigurationError: the tag is built in or already registered.
+        """
+        ...
 
 
 # -- session lifecycle -------------------------------------------------------
@@ -220,7 +289,7 @@ def session_closed(session: Session) -> Awaitable[None] | None:
 
 
 @hookspec
-def register_persistence(register: Callable[..., None]) -> None:
+def register_persistence(register: RegisterPersistence) -> None:
     """Contribute named persistence backends.
 
     Called:
@@ -251,7 +320,7 @@ def register_persistence(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def register_event_types(register: Callable[[type[SessionEvent]], None]) -> None:
+def register_event_types(register: RegisterEventType) -> None:
     """Contribute event types beyond the loop's vocabulary.
 
     Called:
@@ -279,7 +348,7 @@ def register_event_types(register: Callable[[type[SessionEvent]], None]) -> None
 
 
 @hookspec(historic=True)
-def plugin_apply(host: Host) -> None:
+def plugin_apply(host: PluginHost) -> None:
     """Start a plugin: the host is ready and sessions may already be live.
 
     Called:
@@ -304,7 +373,7 @@ def plugin_apply(host: Host) -> None:
 
 
 @hookspec
-def plugin_dispose(host: Host) -> Awaitable[None] | None:
+def plugin_dispose(host: PluginHost) -> Awaitable[None] | None:
     """Stop a plugin: drain its buffers and close its handles.
 
     Called:

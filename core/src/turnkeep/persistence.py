@@ -4,7 +4,8 @@ Implemented by backends (`MemoryPersistence` in core; `turnkeep-jsonl`,
 `turnkeep-sqlite`, `turnkeep-postgres`; third parties). Consumed by the
 write-behind plugin (`turnkeep.writebehind`), the session store's resume
 path, and the CLI. Backends never see event objects: they store and return
-`EventRecord`s / event bytes exactly as core encoded them.
+`EventRecord`s / event bytes exactly as core encoded them. The codec, the
+record and metadata types a backend handles are importable from here too.
 
 Contracts every backend keeps (the conformance kit, `turnkeep.conformance`,
 checks each one; the names in brackets are the kit's):
@@ -55,15 +56,31 @@ from typing import Protocol, cast
 
 import msgspec
 
-from turnkeep.codec import EventRecord
+from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventCodec, EventRecord
 from turnkeep.errors import ConfigurationError
-from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.meta import (
+    FORMAT_VERSION,
+    ForkPoint,
+    SessionHeader,
+    SessionMeta,
+    SessionStatus,
+    SessionSummary,
+)
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "FORMAT_VERSION",
     "PROTOCOL_METHODS",
+    "EventCodec",
+    "EventRecord",
+    "ForkPoint",
     "LoadedSession",
+    "SessionHeader",
+    "SessionMeta",
     "SessionPage",
     "SessionPersistence",
+    "SessionStatus",
+    "SessionSummary",
     "validate_backend",
 ]
 

@@ -1,4 +1,8 @@
-"""Secret redaction at the source: `SecretRedactor` and its patterns.
+"""Redaction at the source: running the redaction hooks, and `SecretRedactor`.
+
+`run_redact_event` and `run_redact_text` are how the host applies every
+`redact_event` / `redact_text` implementation, in hook order, turning a
+failure into `RedactionError` so nothing is stored raw.
 
 A builtin plugin, registered by the host when configuration sets
 `redact_secrets = true`. It implements `redact_event` and `redact_text`, so
@@ -18,16 +22,85 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import attrs
 import msgspec
+from pluggy import HookImpl
 
+from turnkeep._pluggy import call_impl
+from turnkeep.errors import RedactionError
 from turnkeep.events import SessionEvent
 from turnkeep.hookspecs import hookimpl
 
-__all__ = ["DEFAULT_PATTERNS", "SecretRedactor", "redact"]
+if TYPE_CHECKING:
+    from turnkeep.session import Session
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "SecretRedactor",
+    "redact",
+    "run_redact_event",
+    "run_redact_text",
+]
+
+E = TypeVar("E", bound=SessionEvent)
+
+
+def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E:
+    """Run every `redact_event` implementation, in hook order.
+
+    Raises:
+        RedactionError: an implementation raised or broke its contract.
+    """
+    current = event
+    for impl in list(reversed(impls)):
+        try:
+            result = call_impl(impl, session=session, event=current)
+        except Exception as exc:
+            raise RedactionError(
+                f"redacting event {event.type!r} (seq {event.seq}) failed "
+                f"in {impl.plugin_name!r}; the event was refused, not stored "
+                f"raw: {type(exc).__name__}",
+                event_type=event.type,
+            ) from exc
+        if result is None:
+            continue
+        if (
+            type(result) is not type(event)
+            or result.seq != event.seq  # pyright: ignore[reportAttributeAccessIssue]
+            or result.time != event.time  # pyright: ignore[reportAttributeAccessIssue]
+        ):
+            raise RedactionError(
+                f"{impl.plugin_name!r} returned a different event from "
+                f"redact_event for {event.type!r} (seq {event.seq})",
+                event_type=event.type,
+            )
+        current = cast(E, result)
+    return current
+
+
+def run_redact_text(impls: Sequence[HookImpl], text: str) -> str:
+    """Run every `redact_text` implementation, in hook order.
+
+    Raises:
+        RedactionError: an implementation raised.
+    """
+    current = text
+    for impl in reversed(impls):
+        try:
+            result = call_impl(impl, text=current)
+        except Exception as exc:
+            raise RedactionError(
+                f"redacting metadata text failed in {impl.plugin_name!r}: "
+                f"{type(exc).__name__}",
+                event_type="summary",
+            ) from exc
+        if isinstance(result, str):
+            current = result
+    return current
+
 
 DEFAULT_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
     (

@@ -1,8 +1,14 @@
-"""Test helpers for plugin authors: a recording plugin and a hook monitor.
+"""Test doubles and helpers: offline models, an in-memory store, hook checks.
 
-Opt in from a test suite (nothing here is loaded automatically):
+Opt in from a test suite or an example (nothing here is loaded
+automatically):
 
-    from turnkeep.testing import HookMonitor, RecordingPlugin
+    from turnkeep.testing import HookMonitor, RecordingPlugin, ScriptedModel
+
+`ScriptedModel` replies from a script (`Reply`, `ScriptedCall`) and
+`EchoModel` repeats the user, so a loop runs with no model server.
+`MemoryStorage` / `MemoryPersistence` are the in-memory reference backend
+(`persistence = "memory"`), shared by several hosts through one storage.
 
 `RecordingPlugin` records every session hook call it receives.
 `HookMonitor.attach(host)` watches every hook call of one host and collects
@@ -18,15 +24,26 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from turnkeep.agent.models import EchoModel, Reply, ScriptedCall, ScriptedModel
 from turnkeep.errors import EventRejectedError
 from turnkeep.hookspecs import hookimpl
+from turnkeep.memory import MemoryPersistence, MemoryStorage
 
 if TYPE_CHECKING:
     from turnkeep.events import SessionEvent
     from turnkeep.host import Host
     from turnkeep.session import Session
 
-__all__ = ["HookMonitor", "RecordingPlugin"]
+__all__ = [
+    "EchoModel",
+    "HookMonitor",
+    "MemoryPersistence",
+    "MemoryStorage",
+    "RecordingPlugin",
+    "Reply",
+    "ScriptedCall",
+    "ScriptedModel",
+]
 
 
 @attrs.define(eq=False)

@@ -14,8 +14,12 @@ drains every live session and closes the backend.
   `FlushError`; the next flush retries. If a backend reports that part of a
   retried batch had already landed (an ambiguous earlier failure), only the
   rest is sent.
-- The per-session state lives on the session, so after a hot reload the
-  fresh instance adopts live sessions where the old one stopped.
+- The per-session state (`WriteState`) is the write-behind's own: made at
+  `session_created` (a resumed session starts with its loaded events
+  durable), dropped at `session_closed`, and handed to the `successor`
+  built over a reloaded backend, which continues where this one stopped.
+- An event refused at its source after it was snapshotted is taken out of
+  the buffer in one place, `discard`.
 """
 
 from __future__ import annotations
@@ -36,13 +40,63 @@ from turnkeep.errors import (
 )
 from turnkeep.events import SessionEvent
 from turnkeep.hookspecs import hookimpl
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import SessionPersistence
 
 if TYPE_CHECKING:
-    from turnkeep.host import Host
+    from turnkeep.hookspecs import PluginHost
     from turnkeep.session import Session
 
-__all__ = ["WriteBehind"]
+__all__ = ["WriteBehind", "WriteState"]
+
+
+@attrs.define(eq=False)
+class WriteState:
+    """What the write-behind knows of one live session.
+
+    Invariant: `persisted + len(pending)` events of the session have been
+    snapshotted; `persisted` of them are durable.
+
+    Attributes:
+        pending: snapshots (encoded bytes) of the events from seq `persisted`
+            on, not yet acknowledged by the backend, in seq order.
+        persisted: how many events are durable (the write cursor).
+        created: the session is in storage (loaded from it, or a flush of it
+            landed), so any instance of the backend can take its appends.
+        stored_summary: the summary last handed to the backend (by `create`
+            or `update`); the session's summary is stored again when it is
+            another object (summaries are immutable and replaced on change).
+        registered_with: the write-behind whose backend instance registered
+            the session while nothing of it was durable yet (backends create
+            lazily, per instance).
+        maybe_landed: an append failed in a way that may still have stored it
+            (a lost acknowledgement).
+        init: the registration started at `session_created`; a flush awaits
+            it first.
+        init_owner: the write-behind that started `init`.
+        lock: serialises flushes of this session.
+    """
+
+    pending: list[bytes] = attrs.field(factory=list[bytes])
+    persisted: int = 0
+    created: bool = False
+    stored_summary: SessionSummary | None = attrs.field(default=None, repr=False)
+    registered_with: object | None = attrs.field(default=None, repr=False)
+    maybe_landed: bool = False
+    init: asyncio.Future[None] | None = None
+    init_owner: object | None = attrs.field(default=None, repr=False)
+    lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
+
+    @property
+    def snapshotted(self) -> int:
+        """How many events have been snapshotted (durable or pending)."""
+        return self.persisted + len(self.pending)
+
+    def discard_from(self, seq: int) -> None:
+        """Drop the snapshots of seq `seq` on (events no longer in the log)."""
+        keep = seq - self.persisted
+        if 0 <= keep < len(self.pending):
+            del self.pending[keep:]
 
 
 @attrs.define(eq=False)
@@ -58,14 +112,46 @@ class WriteBehind:
     backend: SessionPersistence
     codec: EventCodec = attrs.field(repr=False)
     name: str = "backend"
+    _states: dict[Session, WriteState] = attrs.field(
+        factory=dict["Session", WriteState], alias="states", repr=False
+    )
     _disposed: bool = attrs.field(init=False, default=False)
+
+    def successor(self, backend: SessionPersistence) -> WriteBehind:
+        """A write-behind over `backend` that continues this one's sessions.
+
+        Used by a hot reload of the backend's plugin: this instance drains
+        and closes, the successor takes every session's state as it stands.
+        """
+        return WriteBehind(
+            backend=backend, codec=self.codec, name=self.name, states=self._states
+        )
+
+    def state(self, session: Session) -> WriteState:
+        """The session's write state (made on first sight)."""
+        writes = self._states.get(session)
+        if writes is None:
+            writes = self._states[session] = _initial_state(session)
+        return writes
+
+    def unsaved(self, session: Session) -> int:
+        """How many of the session's events are not durable yet."""
+        writes = self._states.get(session)
+        persisted = writes.persisted if writes is not None else session.stored
+        return len(session.events) - persisted
+
+    def discard(self, session: Session, seq: int) -> None:
+        """Drop what was snapshotted of seq `seq` on (a rejected event)."""
+        writes = self._states.get(session)
+        if writes is not None:
+            writes.discard_from(seq)
 
     # -- hooks -------------------------------------------------------------
 
     @hookimpl(tryfirst=True)
     def session_event(self, session: Session, event: SessionEvent) -> None:
         """Snapshot the event into the session's pending writes."""
-        writes = session.writes
+        writes = self._states.get(session) or self.state(session)
         pending = writes.pending
         buffered = writes.persisted + len(pending)
         if buffered == event.seq:
@@ -82,14 +168,20 @@ class WriteBehind:
         elif buffered > event.seq:
             # Snapshots of events that are no longer in the log (a rejection
             # the session could not see): drop them, then take this one.
-            del pending[event.seq - writes.persisted :]
+            writes.discard_from(event.seq)
             pending.append(self.codec.snapshot(event))
         # Otherwise the state is behind (the session lived without a
         # persistence plugin for a while); flush catches up in seq order.
 
     @hookimpl
     def session_created(self, session: Session) -> None:
-        """Snapshot a seed and start registering the session with the backend."""
+        """Set up the session's state; register a new one with the backend.
+
+        A resumed session starts with its loaded events durable. A new,
+        seeded or forked one has its seed snapshotted at once and its
+        registration started as a task that the first flush awaits.
+        """
+        self._states[session] = _initial_state(session)
         if session.origin == "resumed":
             return
         self._catch_up(session)
@@ -102,11 +194,12 @@ class WriteBehind:
 
     @hookimpl
     async def session_closed(self, session: Session) -> None:
-        """Release the session's writer role."""
+        """Release the session's writer role and forget its state."""
+        self._states.pop(session, None)
         await self.backend.release(session.id)
 
     @hookimpl
-    def plugin_apply(self, host: Host) -> None:
+    def plugin_apply(self, host: PluginHost) -> None:
         """Adopt the sessions that are already live."""
         for session in host.sessions.list():
             if self._known(session):
@@ -118,7 +211,7 @@ class WriteBehind:
             self._start_init(session)
 
     @hookimpl
-    async def plugin_dispose(self, host: Host) -> None:
+    async def plugin_dispose(self, host: PluginHost) -> None:
         """Drain every live session, then close the backend."""
         self._disposed = True
         sessions = host.sessions.list()
@@ -128,8 +221,9 @@ class WriteBehind:
         # Registrations still in flight (sessions created during the drain)
         # must finish before the backend closes, or they would outlive it.
         for session in host.sessions.list():
-            init = session.writes.init
-            if session.writes.init_owner is self and init is not None:
+            writes = self.state(session)
+            init = writes.init
+            if writes.init_owner is self and init is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(init)
         await self.backend.aclose()
@@ -155,12 +249,12 @@ class WriteBehind:
         instance of the backend; one with nothing durable yet is known only
         to the instance it was registered with (backends create lazily).
         """
-        writes = session.writes
+        writes = self.state(session)
         return writes.created or writes.registered_with is self
 
     def _catch_up(self, session: Session) -> None:
         """Snapshot events the state has not seen yet (seed, adoption)."""
-        writes = session.writes
+        writes = self.state(session)
         events = session.events
         start = writes.persisted + len(writes.pending)
         snapshot = self.codec.snapshot
@@ -168,7 +262,7 @@ class WriteBehind:
             writes.pending.append(snapshot(event))
 
     def _start_init(self, session: Session) -> None:
-        writes = session.writes
+        writes = self.state(session)
         if self._known(session) or writes.init_owner is self or self._disposed:
             return  # (a disposing instance leaves it to its successor)
         try:
@@ -180,7 +274,7 @@ class WriteBehind:
 
     async def _register(self, session: Session) -> None:
         """Register the session with this backend (after any earlier attempt)."""
-        writes = session.writes
+        writes = self.state(session)
         earlier = writes.init if writes.init_owner is not self else None
         if earlier is not None and not earlier.done():
             # A registration with a previous instance (before a reload) must
@@ -189,8 +283,9 @@ class WriteBehind:
                 await asyncio.shield(earlier)
         if self._known(session):
             return
+        meta = session.meta
         try:
-            await self.backend.create(session.meta)
+            await self.backend.create(meta)
         except SessionExistsError:
             if not writes.maybe_landed:
                 raise
@@ -201,9 +296,10 @@ class WriteBehind:
             writes.created = True
             return
         writes.registered_with = self
+        writes.stored_summary = meta.summary
 
     async def _ensure_created(self, session: Session) -> None:
-        writes = session.writes
+        writes = self.state(session)
         if self._known(session):
             return
         init = writes.init
@@ -229,9 +325,10 @@ class WriteBehind:
             writes.init = writes.init_owner = None
 
     async def _drain(self, session: Session) -> None:
-        writes = session.writes
+        writes = self.state(session)
         async with writes.lock:
             await self._ensure_created(session)
+            writes.discard_from(len(session.events))
             try:
                 self._catch_up(session)
             except EventRejectedError as exc:
@@ -246,19 +343,17 @@ class WriteBehind:
                     for seq, raw in enumerate(writes.pending, start)
                 ]
                 await self._append(session, batch)
-            if writes.summary_dirty:
-                writes.summary_dirty = False
+            summary = session.summary
+            if summary is not writes.stored_summary:
                 try:
-                    await self.backend.update(session.id, session.summary)
-                except BaseException as exc:
-                    writes.summary_dirty = True
-                    if not isinstance(exc, Exception):
-                        raise
+                    await self.backend.update(session.id, summary)
+                except Exception as exc:
                     raise FlushError(
                         f"session {session.id!r}: its summary could not be "
                         f"stored in {self.name!r}: {exc}",
                         session_id=session.id,
                     ) from exc
+                writes.stored_summary = summary
 
     async def _append(self, session: Session, batch: Sequence[EventRecord]) -> None:
         try:
@@ -282,7 +377,7 @@ class WriteBehind:
             return
         except Exception as exc:
             # It may have landed all the same (a lost acknowledgement).
-            session.writes.maybe_landed = True
+            self.state(session).maybe_landed = True
             raise FlushError(
                 f"session {session.id!r}: {len(batch)} event(s) from seq "
                 f"{batch[0].seq} could not be stored in {self.name!r}: {exc}. "
@@ -291,13 +386,22 @@ class WriteBehind:
             ) from exc
         self._acknowledge(session, len(batch))
 
-    @staticmethod
-    def _acknowledge(session: Session, count: int) -> None:
-        writes = session.writes
+    def _acknowledge(self, session: Session, count: int) -> None:
+        writes = self.state(session)
         del writes.pending[:count]
         writes.persisted += count
         writes.created = True
         writes.maybe_landed = False
+
+
+def _initial_state(session: Session) -> WriteState:
+    if session.origin == "resumed":
+        # Its loaded events and summary are what the backend holds.
+        return WriteState(
+            persisted=session.stored, created=True, stored_summary=session.summary
+        )
+    # Registration (`create`) stores the summary the session has by then.
+    return WriteState(stored_summary=session.summary)
 
 
 def _group(failures: list[BaseException]) -> BaseException:

@@ -345,9 +345,9 @@ async def test_the_host_builds_the_backend_from_configuration(tmp_path: Path) ->
     async with Host(config) as host:
         backend = host.require_persistence()
         session = host.sessions.create()
-        from turnkeep.events import UserMessage, UserMessageData
+        from turnkeep.events import UserMessageData
 
-        session.append(UserMessage, UserMessageData(text="hello"))
+        session.append(UserMessageData(text="hello"))
         await session.flush()
         assert await backend.has(session.id)
     assert any((tmp_path / "store").glob("g-*/*.jsonl"))
@@ -366,9 +366,9 @@ async def test_the_environment_sets_the_path(tmp_path: Path) -> None:
     )
     async with Host(config) as host:
         session = host.sessions.create()
-        from turnkeep.events import UserMessage, UserMessageData
+        from turnkeep.events import UserMessageData
 
-        session.append(UserMessage, UserMessageData(text="hi"))
+        session.append(UserMessageData(text="hi"))
         await session.flush()
     assert any((tmp_path / "e").glob("g-*/*.jsonl"))
 

@@ -234,12 +234,10 @@ async def _write_turns(cmd: dict[str, Any]) -> None:
 def pool_turn(session: Any, worker: int, number: int) -> None:
     """The events of one worker-pool turn: who drove it and which turn it is."""
     text = f"{session.id}|turn {number}|worker {worker}"
-    session.append(UserMessage, UserMessageData(text=text))
+    session.append(UserMessageData(text=text))
     for part in range(3):
-        session.append(
-            AssistantMessage, AssistantMessageData(text=f"{text}|part {part}")
-        )
-    session.append(TurnEnd, TurnEndData(turn=number, status="completed"))
+        session.append(AssistantMessageData(text=f"{text}|part {part}"))
+    session.append(TurnEndData(turn=number, status="completed"))
 
 
 async def pool_worker(cmd: dict[str, Any]) -> None:

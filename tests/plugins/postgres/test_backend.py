@@ -328,7 +328,7 @@ async def test_the_entry_point_selects_the_backend_by_configuration(
         assert isinstance(backend, PostgresPersistence)
         assert backend.config.lease_ms == 5000
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="hello"))
+        session.append(UserMessageData(text="hello"))
         await session.flush()
         assert len((await backend.load(session.id)).events) == 1
 

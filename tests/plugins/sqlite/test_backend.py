@@ -27,7 +27,7 @@ from turnkeep.errors import (
     SessionLockedError,
     StorageError,
 )
-from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
+from turnkeep.events import TurnEndData, UserMessageData
 from turnkeep.host import Host
 from turnkeep.meta import ForkPoint, SessionHeader, SessionSummary
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence, reads
@@ -268,8 +268,8 @@ async def test_selected_by_configuration_alone(tmp_path: Path) -> None:
     async with Host(config) as host:
         assert isinstance(host.require_persistence(), SqlitePersistence)
         session = host.sessions.create()
-        session.append(UserMessage, UserMessageData(text="hello"))
-        session.append(TurnEnd, TurnEndData(turn=1, status="completed"))
+        session.append(UserMessageData(text="hello"))
+        session.append(TurnEndData(turn=1, status="completed"))
         await session.flush()
         expected = list(session.events)
         sid = session.id

@@ -19,6 +19,9 @@ from typing import Final, cast
 import click
 import msgspec
 
+from turnkeep.agent.loop import AgentLoop
+from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.cli.output import clean, confirm, emit_json
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
@@ -33,7 +36,6 @@ from turnkeep.errors import ModelError, SessionNotFoundError
 from turnkeep.events import ToolCall
 from turnkeep.host import Host
 from turnkeep.ids import validate_session_id
-from turnkeep.loop import AgentLoop
 from turnkeep.maintenance import (
     SessionMaintenance,
     TailReport,
@@ -41,9 +43,7 @@ from turnkeep.maintenance import (
     supports_maintenance,
     verify_session,
 )
-from turnkeep.models import ModelOutput, ModelRequest
 from turnkeep.persistence import SessionPersistence
-from turnkeep.recovery import RecoveryReport, open_turn
 
 __all__ = ["register", "stored_ids"]
 

@@ -187,7 +187,10 @@ def import_(
             )
             for (kind, payload), time in zip(plan.steps, _times(plan), strict=True):
                 clock.upcoming = time
-                session.append(kind, payload)
+                if host.codec.kinds.get(type(payload)) is kind:
+                    session.append(payload)
+                else:
+                    session.append(kind, payload)
             await host.sessions.close(target)
         result = _Imported(
             session_id=target,

@@ -20,9 +20,10 @@ from typing import Any, Final
 
 import attrs
 
+from turnkeep.backends import BackendEntry
 from turnkeep.config import Config, structure_config
 from turnkeep.errors import ConfigurationError
-from turnkeep.host import BackendEntry, Host
+from turnkeep.host import Host
 
 __all__ = ["backend_entry", "isolated_backend"]
 

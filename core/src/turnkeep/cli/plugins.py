@@ -21,6 +21,7 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
+from turnkeep.backends import ENTRY_POINT_GROUP
 from turnkeep.cli.output import clean, console, emit_json
 from turnkeep.cli.runtime import (
     StoreSpec,
@@ -34,7 +35,7 @@ from turnkeep.cli.runtime import (
 )
 from turnkeep.config import DEFAULT_BACKEND, Config, structure_config
 from turnkeep.errors import ConfigurationError
-from turnkeep.host import ENTRY_POINT_GROUP, Host
+from turnkeep.host import Host
 
 __all__ = ["persistence_source", "register"]
 

@@ -16,6 +16,7 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
+from turnkeep.agent.recovery import open_turn
 from turnkeep.cli.output import (
     clean,
     confirm,
@@ -42,7 +43,6 @@ from turnkeep.meta import (
     SessionSummary,
 )
 from turnkeep.persistence import SessionPersistence
-from turnkeep.recovery import open_turn
 
 __all__ = ["SessionRow", "register", "row"]
 

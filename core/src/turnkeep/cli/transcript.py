@@ -17,6 +17,7 @@ import msgspec
 from rich.console import Console
 from rich.text import Text
 
+from turnkeep.agent.recovery import open_turn
 from turnkeep.cli.output import clean, format_time, shorten
 from turnkeep.events import (
     AssistantChunk,
@@ -29,7 +30,6 @@ from turnkeep.events import (
     TurnStart,
     UserMessage,
 )
-from turnkeep.recovery import open_turn
 
 __all__ = ["event_line", "render_transcript"]
 

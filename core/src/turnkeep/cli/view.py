@@ -15,6 +15,8 @@ import msgspec
 from rich.console import Console
 from rich.text import Text
 
+from turnkeep.agent.messages import Message, derive_messages
+from turnkeep.agent.recovery import open_turn
 from turnkeep.cli.output import (
     clean,
     console,
@@ -28,9 +30,7 @@ from turnkeep.cli.transcript import event_line, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
 from turnkeep.ids import validate_session_id
-from turnkeep.messages import Message, derive_messages
 from turnkeep.persistence import LoadedSession, SessionPersistence
-from turnkeep.recovery import open_turn
 
 __all__ = ["register"]
 

@@ -1,7 +1,7 @@
 """The coding agent: an `AgentLoop` with the workspace tools and a model.
 
 The model is the OpenAI-compatible one when the environment configures it
-(`TURNKEEP_OPENAI_MODEL`, see `turnkeep.openai_compat`), else the scripted
+(`TURNKEEP_OPENAI_MODEL`, see `turnkeep.agent.openai_compat`), else the scripted
 demo model, so the agent runs offline by default.
 """
 
@@ -28,7 +28,7 @@ INSTRUCTIONS: Final = (
 
 def choose_model() -> tuple[Model, str]:
     """The configured model and a description of it for humans."""
-    from turnkeep.openai_compat import OpenAIConfig, OpenAIModel
+    from turnkeep.agent.openai_compat import OpenAIConfig, OpenAIModel
 
     config = OpenAIConfig.from_env()
     if config is None:

@@ -29,21 +29,17 @@ import attrs
 from coding_agent.agent import choose_model, open_agent
 from coding_agent.script import TASK
 from coding_agent.workspace import Workspace
-from turnkeep import (
+from turnkeep import Host, SessionEvent, Tool, ToolContext, load_config
+from turnkeep.agent import replay_policy
+from turnkeep.errors import TurnkeepError
+from turnkeep.events import (
     AssistantMessage,
-    Host,
-    SessionEvent,
-    Tool,
     ToolCall,
-    ToolContext,
     ToolResult,
     TurnEnd,
     TurnStart,
     UserMessage,
-    load_config,
-    replay_policy,
 )
-from turnkeep.errors import TurnkeepError
 
 __all__ = ["describe", "main", "run"]
 
@@ -168,7 +164,7 @@ async def run(argv: Sequence[str]) -> int:
         if agent.recovery is not None:
             print("recovery: " + agent.recovery.describe(), flush=True)
         if task:
-            await agent.run_turn(agent.session_id, task)
+            await agent.run_turn(task)
         await agent.close()
     return 0
 

@@ -14,8 +14,8 @@ import shlex
 import sys
 from typing import Final
 
-from turnkeep.messages import Message
-from turnkeep.models import ModelRequest, Reply, ScriptedCall, ScriptedModel
+from turnkeep.agent.messages import Message
+from turnkeep.agent.models import ModelRequest, Reply, ScriptedCall, ScriptedModel
 
 __all__ = ["GREET_PY", "TASK", "TEST_GREET_PY", "scripted_model"]
 

@@ -19,9 +19,9 @@ from typing import Any, Final
 import attrs
 
 from coding_agent.workspace import Workspace
+from turnkeep.agent.tools import Tool, ToolContext, int_argument, str_argument
 from turnkeep.errors import ToolError
 from turnkeep.events import ReplayPolicy
-from turnkeep.tools import Tool, ToolContext, int_argument, str_argument
 
 __all__ = [
     "DEFAULT_INHERITED",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from turnkeep import AgentLoop, EchoModel, Host
+from turnkeep import AgentLoop, Host
+from turnkeep.testing import EchoModel
 
 __all__ = ["AGENT_ID", "open_agent"]
 

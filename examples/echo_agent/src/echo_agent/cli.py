@@ -16,8 +16,9 @@ import sys
 from collections.abc import Sequence
 
 from echo_agent.agent import open_agent
-from turnkeep import AgentLoop, AssistantChunk, Host, load_config
+from turnkeep import AgentLoop, Host, load_config
 from turnkeep.errors import TurnkeepError
+from turnkeep.events import AssistantChunk
 
 __all__ = ["main", "run"]
 
@@ -37,7 +38,7 @@ async def run(argv: Sequence[str]) -> int:
     async with Host(load_config()) as host:
         agent = await open_agent(host, args.session)
         if args.message:
-            result = await agent.run_turn(agent.session_id, " ".join(args.message))
+            result = await agent.run_turn(" ".join(args.message))
             print(result.text)
         else:
             await _repl(agent)
@@ -57,7 +58,7 @@ async def _repl(agent: AgentLoop) -> None:
             return
         if not line.strip():
             continue
-        stream = agent.stream_turn(agent.session_id, line.rstrip("\n"))
+        stream = agent.stream_turn(line.rstrip("\n"))
         async for event in stream:
             if isinstance(event, AssistantChunk):
                 sys.stdout.write(event.data.text)

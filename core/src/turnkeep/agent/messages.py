@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
+from turnkeep._deprecated import renamed
 from turnkeep.events import (
     AssistantMessage,
     SessionEvent,
@@ -36,9 +37,9 @@ from turnkeep.events import (
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
+    "HistoryToolCall",
     "Message",
     "MessageRole",
-    "ToolCallRequest",
     "derive_messages",
     "encode_messages",
 ]
@@ -51,8 +52,12 @@ INTERRUPTED_TOOL_OUTPUT: Final = (
 )
 
 
-class ToolCallRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool call as the model asked for it."""
+class HistoryToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call in the derived history: what an assistant message asked for.
+
+    Made from a `tool/call` event (`turnkeep.events.ToolCall`); the model
+    itself streams `turnkeep.agent.ModelToolCall`, which has no id yet.
+    """
 
     id: str
     name: str
@@ -73,7 +78,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     role: MessageRole
     content: str
-    tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_calls: tuple[HistoryToolCall, ...] = ()
     tool_call_id: str | None = None
     status: str | None = None
     untrusted: bool = False
@@ -104,7 +109,7 @@ def derive_messages(events: Iterable[SessionEvent]) -> list[Message]:
         if open_text is None:
             return
         requests = tuple(
-            ToolCallRequest(
+            HistoryToolCall(
                 id=c.data.call_id, name=c.data.name, arguments=c.data.arguments
             )
             for c in open_calls
@@ -166,3 +171,6 @@ def _tool_message(
 def encode_messages(messages: Sequence[Message]) -> bytes:
     """Return the canonical JSON of a history (for byte-for-byte comparison)."""
     return _encoder.encode(messages)
+
+
+__getattr__ = renamed(__name__, {"ToolCallRequest": f"{__name__}:HistoryToolCall"})

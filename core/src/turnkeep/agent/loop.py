@@ -1,7 +1,7 @@
 """The agent loop: one turn at a time, each durable before the next begins.
 
 `AgentLoop` owns turn admission and the life of a turn around the steps that
-`turnkeep.steps` runs:
+`turnkeep.agent.steps` runs:
 
 - admission: one turn (or recovery) at a time per session, refused with
   `TurnInProgressError` before anything changes; then the durability gate:
@@ -17,16 +17,28 @@
 
 Each turn runs in its own task, so `cancel` can reach it from anywhere and a
 streaming consumer (`stream_turn`) only watches it.
+
+A loop drives one session (`create`, `resume`): `run_turn(text)`,
+`cancel()`, `close()`. A program serving many conversations holds one loop
+per session. The old forms that name the session (`run_turn(session_id,
+text)`) still work for one release, with a `DeprecationWarning`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import attrs
 
+from turnkeep._deprecated import REMOVED_IN
+from turnkeep.agent.models import Model
+from turnkeep.agent.recovery import RecoveryReport, open_turn
+from turnkeep.agent.steps import TurnRunner
+from turnkeep.agent.tools import Tool, validate_tools
+from turnkeep.agent.turns import Outcome, Running, TurnResult, TurnStream
 from turnkeep.errors import (
     ConfigurationError,
     FlushError,
@@ -35,12 +47,7 @@ from turnkeep.errors import (
 )
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
-from turnkeep.models import Model
-from turnkeep.recovery import RecoveryReport, open_turn
 from turnkeep.session import Session
-from turnkeep.steps import TurnRunner
-from turnkeep.tools import Tool, validate_tools
-from turnkeep.turns import Outcome, Running, TurnResult, TurnStream
 
 __all__ = ["AgentLoop", "TurnResult", "TurnStream"]
 
@@ -196,17 +203,31 @@ class AgentLoop:
             max_steps=max_steps,
             on_event=on_event,
         )
-        loop.recovery = await loop.recover(session.id, continue_turn=continue_turn)
+        loop.recovery = await loop.recover(continue_turn=continue_turn)
         return loop
 
     def new_session(self, session_id: str | None = None) -> str:
-        """Start another live session for this agent and return its id."""
+        """Deprecated: start another live session; hold one loop per session.
+
+        Use `AgentLoop.create(...)` for each conversation instead.
+        """
+        _deprecated(
+            "new_session()", "AgentLoop.create(...) per conversation", stacklevel=3
+        )
         return self.host.sessions.create(session_id).id
 
     # -- turns -------------------------------------------------------------
 
-    async def run_turn(self, session_id: str, user_input: str) -> TurnResult:
+    @overload
+    async def run_turn(self, text: str, /) -> TurnResult: ...
+
+    @overload
+    async def run_turn(self, session_id: str, text: str, /) -> TurnResult: ...
+
+    async def run_turn(self, *args: str) -> TurnResult:
         """Run one turn: the user's message, model calls and tools, until done.
+
+        `run_turn(text)`; the form `run_turn(session_id, text)` is deprecated.
 
         Returns:
             How the turn ended (`completed`, `failed` when the model failed
@@ -221,12 +242,19 @@ class AgentLoop:
                 events stay in memory; the next turn retries the flush.
             SessionNotFoundError: the session is not live.
         """
-        running = self._start(session_id, _NewTurn(user_input))
+        session_id, text = self._with_session("run_turn", args)
+        running = self._start(session_id, _NewTurn(text))
         outcome = await self._wait(running)
         assert outcome.result is not None  # noqa: S101 - a new turn always has one
         return outcome.result
 
-    def stream_turn(self, session_id: str, user_input: str) -> TurnStream:
+    @overload
+    def stream_turn(self, text: str, /) -> TurnStream: ...
+
+    @overload
+    def stream_turn(self, session_id: str, text: str, /) -> TurnStream: ...
+
+    def stream_turn(self, *args: str) -> TurnStream:
         """Start a turn and return an async iterator over its events.
 
         Every event the turn appends is yielded as it is appended, ending with
@@ -238,7 +266,8 @@ class AgentLoop:
         Raises:
             TurnInProgressError: at once, if a turn is running on the session.
         """
-        running = self._start(session_id, _NewTurn(user_input))
+        session_id, text = self._with_session("stream_turn", args)
+        running = self._start(session_id, _NewTurn(text))
         queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
         running.sinks.append(queue.put_nowait)
         task = running.task
@@ -247,7 +276,7 @@ class AgentLoop:
         return TurnStream(queue, task)
 
     async def recover(
-        self, session_id: str, *, continue_turn: bool = False
+        self, session_id: str | None = None, *, continue_turn: bool = False
     ) -> RecoveryReport:
         """Finish a turn the log ends inside (after a crash); else do nothing.
 
@@ -266,13 +295,15 @@ class AgentLoop:
             FlushError: the interrupted results or the turn's end could not
                 be made durable (they stay in memory; the next turn retries).
         """
-        running = self._start(session_id, _Recover(continue_turn))
+        running = self._start(
+            self._session_arg("recover", session_id), _Recover(continue_turn)
+        )
         outcome = await self._wait(running)
         assert outcome.report is not None  # noqa: S101 - recovery always reports
         return outcome.report
 
-    async def cancel(self, session_id: str) -> TurnResult | None:
-        """End the running turn of a session with `turn/end` status `cancelled`.
+    async def cancel(self, session_id: str | None = None) -> TurnResult | None:
+        """End the running turn with `turn/end` status `cancelled`.
 
         A model call or tool in flight is cancelled (a tool cancelled while it
         ran gets an `interrupted` result); a flush in progress is let finish,
@@ -281,16 +312,16 @@ class AgentLoop:
         Returns:
             The cancelled turn's result, or `None` if no turn was running.
         """
-        running = self._running.get(session_id)
+        running = self._running.get(self._session_arg("cancel", session_id))
         if running is None or running.task is None:
             return None
         _request_cancel(running)
         outcome: Outcome = await asyncio.shield(running.task)
         return outcome.result
 
-    def running(self, session_id: str) -> bool:
+    def running(self, session_id: str | None = None) -> bool:
         """Whether a turn (or recovery) is running on the session."""
-        return session_id in self._running
+        return self._session_arg("running", session_id) in self._running
 
     async def close(self) -> None:
         """Cancel running turns, then close the loop's session (flushing it).
@@ -298,12 +329,34 @@ class AgentLoop:
         Raises:
             FlushError: the session could not be flushed; it stays live.
         """
-        for session_id in list(self._running):
-            await self.cancel(session_id)
+        for running in list(self._running.values()):
+            if running.task is not None:
+                _request_cancel(running)
+                await asyncio.shield(running.task)
         if any(s.id == self.session_id for s in self.host.sessions.list()):
             await self.host.sessions.close(self.session_id)
 
     # -- internals ---------------------------------------------------------
+
+    def _with_session(self, method: str, args: tuple[str, ...]) -> tuple[str, str]:
+        if len(args) == 1:
+            return self.session_id, args[0]
+        if len(args) == 2:
+            session_id, text = args
+            return self._session_arg(method, session_id, stacklevel=5), text
+        raise TypeError(f"{method}() takes the user's text (got {len(args)} values)")
+
+    def _session_arg(
+        self, method: str, session_id: str | None, *, stacklevel: int = 4
+    ) -> str:
+        if session_id is None:
+            return self.session_id
+        _deprecated(
+            f"{method}(session_id, ...)",
+            f"{method}(...) on the loop of that session (one loop per session)",
+            stacklevel=stacklevel,
+        )
+        return session_id
 
     def _start(self, session_id: str, job: _NewTurn | _Recover) -> Running:
         session = self.host.sessions.get(session_id)
@@ -358,7 +411,7 @@ class AgentLoop:
         session = running.session
         if not self._needs_flush(session):
             return
-        unsaved = len(session.writes.pending)
+        unsaved = self.host.unsaved(session)
         running.phase = "flush"
         try:
             await self._flush(session)
@@ -375,7 +428,7 @@ class AgentLoop:
     def _needs_flush(self, session: Session) -> bool:
         if session.id in self._unsaved:
             return True
-        return self.host.persistence_name is not None and not session.settled
+        return not self.host.is_settled(session)
 
     async def _flush(self, session: Session) -> None:
         try:
@@ -420,6 +473,14 @@ def _request_cancel(running: Running) -> None:
     # turn stops at the next step boundary), so no durability point is torn.
     if running.phase in ("model", "tool"):
         running.task.cancel()
+
+
+def _deprecated(old: str, new: str, *, stacklevel: int) -> None:
+    warnings.warn(
+        f"AgentLoop.{old} is deprecated and goes in turnkeep {REMOVED_IN}; use {new}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def _check(

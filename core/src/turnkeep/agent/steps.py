@@ -16,7 +16,7 @@ runs), so the log pairs every call with one result except across a crash,
 which recovery repairs.
 
 The records it fills in (`TurnResult`, `Running`) and the texts it writes
-for calls that did not finish live in `turnkeep.turns`.
+for calls that did not finish live in `turnkeep.agent.turns`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,23 @@ import asyncio
 import contextlib
 import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 import attrs
 
+from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT, derive_messages
+from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta
+from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
+from turnkeep.agent.tools import Tool, ToolContext, replay_policy, tool_spec
+from turnkeep.agent.turns import (
+    CANCELLED_SAFE_OUTPUT,
+    CANCELLED_UNSAFE_OUTPUT,
+    NOT_DURABLE_OUTPUT,
+    NOT_RUN_CANCELLED_OUTPUT,
+    Running,
+    TurnResult,
+    call_id_for,
+)
 from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
 from turnkeep.events import (
     AssistantChunk,
@@ -51,21 +64,8 @@ from turnkeep.events import (
     UserMessage,
     UserMessageData,
 )
-from turnkeep.messages import INTERRUPTED_TOOL_OUTPUT, derive_messages
 from turnkeep.meta import SessionStatus
-from turnkeep.models import Model, ModelRequest, TextDelta, ToolCallRequested
-from turnkeep.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.session import Session
-from turnkeep.tools import Tool, ToolContext, replay_policy, tool_spec
-from turnkeep.turns import (
-    CANCELLED_SAFE_OUTPUT,
-    CANCELLED_UNSAFE_OUTPUT,
-    NOT_DURABLE_OUTPUT,
-    NOT_RUN_CANCELLED_OUTPUT,
-    Running,
-    TurnResult,
-    call_id_for,
-)
 
 __all__ = ["TurnRunner"]
 
@@ -260,7 +260,7 @@ class TurnRunner:
 
     # -- model calls ---------------------------------------------------------
 
-    async def _call_model(self, turn: int) -> tuple[str, list[ToolCallRequested]]:
+    async def _call_model(self, turn: int) -> tuple[str, list[ModelToolCall]]:
         session = self.session
         request = ModelRequest(
             messages=tuple(derive_messages(session.events)),
@@ -270,7 +270,7 @@ class TurnRunner:
             turn=turn,
         )
         parts: list[str] = []
-        calls: list[ToolCallRequested] = []
+        calls: list[ModelToolCall] = []
         self.running.phase = "model"
         try:
             stream = self.model.stream(request)
@@ -282,12 +282,12 @@ class TurnRunner:
                     if item.text:
                         self._emit(AssistantChunk, AssistantChunkData(text=item.text))
                         parts.append(item.text)
-                elif isinstance(item, ToolCallRequested):  # pyright: ignore[reportUnnecessaryIsInstance]
+                elif isinstance(item, ModelToolCall):  # pyright: ignore[reportUnnecessaryIsInstance]
                     calls.append(item)
                 else:
                     raise ModelError(
                         f"the model streamed a {type(item).__name__}; expected "
-                        "TextDelta or ToolCallRequested"
+                        "TextDelta or ModelToolCall"
                     )
         except (ModelError, EventRejectedError):
             raise
@@ -308,7 +308,7 @@ class TurnRunner:
 
     # -- tool calls ----------------------------------------------------------
 
-    async def _call_tool(self, turn: int, request: ToolCallRequested) -> None:
+    async def _call_tool(self, turn: int, request: ModelToolCall) -> None:
         session = self.session
         tool = self.tools.get(request.name)
         replay = replay_policy(tool) if tool is not None else "unsafe"
@@ -421,7 +421,8 @@ class TurnRunner:
             raise _Cancelled
 
     def _emit(self, kind: type[E], data: object) -> E:
-        event = self.session.append(kind, data)
+        # The payload names its event type; `kind` only types the result.
+        event = cast(E, self.session.append(data))
         for sink in self.running.sinks:
             sink(event)
         return event

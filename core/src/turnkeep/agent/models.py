@@ -2,10 +2,10 @@
 
 Implemented by model adapters: `ScriptedModel` (deterministic replies, for
 tests and examples), `EchoModel` (repeats the user), and the optional
-OpenAI-compatible HTTP model (`turnkeep.openai_compat`, extra
+OpenAI-compatible HTTP model (`turnkeep.agent.openai_compat`, extra
 `turnkeep[openai]`). Consumed by `AgentLoop`, which turns every streamed
 `TextDelta` into an `assistant/chunk` event, the assembled text into an
-`assistant/message`, and every `ToolCallRequested` into a `tool/call`.
+`assistant/message`, and every `ModelToolCall` into a `tool/call`.
 
 A model sees only the history derived from the log (`derive_messages`), so
 the same log gives the same request whether the session was continued in
@@ -23,20 +23,21 @@ from typing import Any, Final, Protocol, TypeAlias
 
 import attrs
 
+from turnkeep._deprecated import renamed
+from turnkeep.agent.messages import Message
+from turnkeep.agent.tools import ToolSpec
 from turnkeep.errors import ModelError
-from turnkeep.messages import Message
-from turnkeep.tools import ToolSpec
 
 __all__ = [
     "EchoModel",
     "Model",
     "ModelOutput",
     "ModelRequest",
+    "ModelToolCall",
     "Reply",
     "ScriptedCall",
     "ScriptedModel",
     "TextDelta",
-    "ToolCallRequested",
     "split_words",
 ]
 
@@ -49,8 +50,11 @@ class TextDelta:
 
 
 @attrs.frozen
-class ToolCallRequested:
-    """The model asks for a tool call.
+class ModelToolCall:
+    """A tool call as the model streams it (before it has an id or an event).
+
+    The loop turns it into a `tool/call` event (`turnkeep.events.ToolCall`);
+    the history sent back to the model shows it as a `HistoryToolCall`.
 
     The loop assigns the call its stable id; a provider's own id is not
     needed, because history sent back to the model is derived from the log.
@@ -64,7 +68,7 @@ class ToolCallRequested:
     arguments: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
 
 
-ModelOutput: TypeAlias = TextDelta | ToolCallRequested
+ModelOutput: TypeAlias = TextDelta | ModelToolCall
 """What a model streams: text pieces and tool call requests, in any order."""
 
 
@@ -142,16 +146,21 @@ class ScriptedModel:
     up the script exactly where the durable log ends.
 
     Args:
-        script: the replies in order, or a function choosing a reply for a
-            request.
+        script: the replies in order (a `Reply`, or text for a reply that
+            calls no tool), or a function choosing a reply for a request.
         requests: every request received, oldest first (for tests).
 
     Raises (from `stream`):
         ModelError: the script has no reply for this call.
     """
 
-    script: Sequence[Reply] | ReplyPicker
+    script: Sequence[Reply | str] | ReplyPicker
     requests: list[ModelRequest] = attrs.field(factory=list[ModelRequest])
+
+    @staticmethod
+    def calling(tool: str, text: str = "", **arguments: Any) -> Reply:
+        """A reply that says `text`, then calls `tool` with `arguments`."""
+        return Reply(text, (ScriptedCall(tool, arguments),))
 
     def pick(self, request: ModelRequest) -> Reply:
         """Return the reply for `request`."""
@@ -163,7 +172,8 @@ class ScriptedModel:
                 f"the scripted model has {len(self.script)} replies and was "
                 f"asked for reply #{index + 1}"
             )
-        return self.script[index]
+        reply = self.script[index]
+        return Reply(reply) if isinstance(reply, str) else reply
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Stream the chosen reply: its words, then its tool calls."""
@@ -172,7 +182,7 @@ class ScriptedModel:
         for piece in split_words(reply.text):
             yield TextDelta(piece)
         for call in reply.calls:
-            yield ToolCallRequested(call.name, dict(call.arguments))
+            yield ModelToolCall(call.name, dict(call.arguments))
 
 
 @attrs.define(eq=False)
@@ -192,3 +202,6 @@ class EchoModel:
         )
         for piece in split_words(self.prefix + last):
             yield TextDelta(piece)
+
+
+__getattr__ = renamed(__name__, {"ToolCallRequested": f"{__name__}:ModelToolCall"})

@@ -1,7 +1,12 @@
-"""How the host calls hooks: one plugin's implementation, the hot path, awaits.
+"""The one place that knows pluggy beyond its public API.
 
-The host calls hooks only through these helpers and its own typed methods, so
-pluggy's untyped results never leak into the rest of the code.
+The host calls hooks through these helpers and its own typed methods, so
+pluggy's untyped results never leak into the rest of the code. Two of them
+rely on pluggy internals, for speed on the hot path: `live_impls` (a hook's
+`_hookimpls` list, which pluggy keeps current in place) and `direct_caller`
+(`PluginManager._inner_hookexec`). `tests/core/test_pluggy_adapter.py`
+fails if a pluggy release changes either; the dependency is pinned below
+pluggy's next major version.
 """
 
 from __future__ import annotations
@@ -9,34 +14,66 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import pluggy
 from pluggy import HookImpl
 
+from turnkeep import hookspecs
 from turnkeep.errors import FlushError, HookContractError
 
 __all__ = [
+    "FAST_PATH",
     "await_all",
     "call_impl",
     "call_plugin_hook",
     "direct_caller",
     "live_impls",
+    "new_manager",
     "refuse_awaitables",
+    "validate_plugin",
 ]
+
+
+def new_manager() -> pluggy.PluginManager:
+    """A fresh plugin manager with turnkeep's hook specifications."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _has_internals() -> bool:
+    pm = new_manager()
+    caller = pm.hook.session_event
+    return isinstance(getattr(caller, "_hookimpls", None), list) and callable(
+        getattr(pm, "_inner_hookexec", None)
+    )
+
+
+FAST_PATH: Final = _has_internals()
+"""Whether this pluggy has the internals the fast paths use (else: public API)."""
+
+
+def validate_plugin(plugin: object) -> None:
+    """Register `plugin` with a scratch manager: are its hooks valid?
+
+    Raises:
+        pluggy.PluginValidationError, ValueError: as `register` would.
+    """
+    new_manager().register(plugin)
 
 
 def live_impls(pm: pluggy.PluginManager, hook_name: str) -> list[HookImpl]:
     """The hook's implementation list that pluggy keeps current in place.
 
     Empty while no plugin implements the hook, so a caller can skip the hook
-    at no cost. Falls back to a snapshot if a future pluggy moves it.
+    at no cost. Without the internals (`FAST_PATH` false), a snapshot.
     """
     caller = getattr(pm.hook, hook_name)
-    impls: object = getattr(caller, "_hookimpls", None)
-    if isinstance(impls, list):
+    if FAST_PATH:
+        impls = caller._hookimpls  # pyright: ignore[reportPrivateUsage]
         return cast("list[HookImpl]", impls)
-    return caller.get_hookimpls()  # pragma: no cover - pluggy internals moved
+    return caller.get_hookimpls()
 
 
 def call_impl(impl: HookImpl, **kwargs: Any) -> object:
@@ -65,14 +102,12 @@ def direct_caller(
     call; the arguments are fixed here and implementations must not register
     plugins while they run, so the host goes straight to the manager's
     executor, which keeps ordering, `tryfirst`/`trylast`, error propagation and
-    hook-call monitoring. Falls back to the public path if a future pluggy
-    moves these internals.
+    hook-call monitoring. Without the internals, the public caller.
     """
     caller = getattr(pm.hook, hook_name)
-    impls: object = getattr(caller, "_hookimpls", None)
-    if not hasattr(pm, "_inner_hookexec") or not isinstance(impls, list):
-        return caller  # pragma: no cover - depends on pluggy's internals
-    hook_impls = cast("list[HookImpl]", impls)
+    if not FAST_PATH:
+        return caller
+    hook_impls = live_impls(pm, hook_name)
 
     def call(session: object, event: object) -> list[object]:
         # Read per call: hook-call monitoring and tracing replace it.
@@ -85,6 +120,11 @@ def direct_caller(
 
 
 def refuse_awaitables(results: list[object], hook: str) -> None:
+    """Raise if a synchronous hook's implementation returned an awaitable.
+
+    Raises:
+        HookContractError: one did (the coroutine is closed, never run).
+    """
     awaitables = [r for r in results if inspect.isawaitable(r)]
     if not awaitables:
         return

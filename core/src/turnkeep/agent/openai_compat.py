@@ -1,6 +1,6 @@
 """An OpenAI-compatible chat model over HTTP (extra: `turnkeep[openai]`).
 
-Implements `turnkeep.models.Model` against any server that speaks the
+Implements `turnkeep.agent.models.Model` against any server that speaks the
 `/chat/completions` streaming API (OpenAI, vLLM, llama.cpp, Ollama, LiteLLM,
 ...). Consumed by the examples when the environment configures it; never
 needed by the tests, which use `ScriptedModel`.
@@ -26,9 +26,9 @@ from typing import Any, Final, cast
 import attrs
 import msgspec
 
+from turnkeep.agent.messages import Message
+from turnkeep.agent.models import ModelOutput, ModelRequest, ModelToolCall, TextDelta
 from turnkeep.errors import ConfigurationError, ModelError
-from turnkeep.messages import Message
-from turnkeep.models import ModelOutput, ModelRequest, TextDelta, ToolCallRequested
 
 try:
     import httpx
@@ -198,9 +198,7 @@ class OpenAIModel:
                 self._scrub(f"the model server sent a malformed chunk: {exc}")
             ) from None
         for index in sorted(calls):
-            yield ToolCallRequested(
-                names.get(index, ""), _arguments("".join(calls[index]))
-            )
+            yield ModelToolCall(names.get(index, ""), _arguments("".join(calls[index])))
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """The records of a turn: its result, its running state, its event stream.
 
-Shared by `turnkeep.loop` (admission, cancellation) and `turnkeep.steps`
+Shared by `turnkeep.agent.loop` (admission, cancellation) and `turnkeep.agent.steps`
 (what happens inside a turn): `TurnResult` (how a turn ended), `Running`
 (the loop's record of a turn in progress), `TurnStream` (a running turn's
 events as an async iterator), the stable ids of tool calls, and the texts
@@ -20,8 +20,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
+from turnkeep.agent.recovery import RecoveryReport
 from turnkeep.events import SessionEvent, TurnStatus
-from turnkeep.recovery import RecoveryReport
 from turnkeep.session import Session
 
 __all__ = [

@@ -1,0 +1,70 @@
+"""The agent loop: turns, steps, recovery, models, tools and derived history.
+
+Built on the seam (`turnkeep.session`, `turnkeep.host`, the persistence
+protocol); the seam never imports this package. `AgentLoop` drives one
+session turn by turn, each durable before the next begins; a `Model`
+streams `TextDelta`s and `ModelToolCall`s; a `Tool` declares whether it may
+be re-run after a crash; `derive_messages` turns a log into the model's
+history. `turnkeep.agent.openai_compat` holds the OpenAI-compatible model
+(extra `turnkeep[openai]`).
+"""
+
+from __future__ import annotations
+
+from turnkeep.agent.loop import DEFAULT_MAX_STEPS, AgentLoop
+from turnkeep.agent.messages import (
+    HistoryToolCall,
+    Message,
+    MessageRole,
+    derive_messages,
+    encode_messages,
+)
+from turnkeep.agent.models import (
+    EchoModel,
+    Model,
+    ModelOutput,
+    ModelRequest,
+    ModelToolCall,
+    Reply,
+    ScriptedCall,
+    ScriptedModel,
+    TextDelta,
+)
+from turnkeep.agent.recovery import RecoveryReport
+from turnkeep.agent.tools import (
+    FunctionTool,
+    Tool,
+    ToolContext,
+    ToolSpec,
+    function_tool,
+    replay_policy,
+)
+from turnkeep.agent.turns import TurnResult, TurnStream
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "AgentLoop",
+    "EchoModel",
+    "FunctionTool",
+    "HistoryToolCall",
+    "Message",
+    "MessageRole",
+    "Model",
+    "ModelOutput",
+    "ModelRequest",
+    "ModelToolCall",
+    "RecoveryReport",
+    "Reply",
+    "ScriptedCall",
+    "ScriptedModel",
+    "TextDelta",
+    "Tool",
+    "ToolContext",
+    "ToolSpec",
+    "TurnResult",
+    "TurnStream",
+    "derive_messages",
+    "encode_messages",
+    "function_tool",
+    "replay_policy",
+]
