@@ -4,4 +4,11 @@
 - `crashstates`: materialise the disk states a power loss may leave after
   any point of a trace (ALICE-style), plus trace assertions.
 - `faultyops`: `FileOps` that skip fsync, fail chosen calls, or write short.
+- `workload`: the seeded turns, worker session metadata and `rng` seeds the
+  SQLite and PostgreSQL tests share with their worker processes.
+- `worker`: the multi-process tests' worker program, run by backend
+  (`python worker.py sqlite|postgres serve|pool|once|read ...`).
+- `worker_client`: `Worker` (drives a `serve` worker in JSON lines),
+  `spawned_workers` (behind each directory's `spawn_worker` fixture) and
+  `worker_argv`.
 """

@@ -21,19 +21,17 @@ import fcntl
 import itertools
 import os
 import random
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import psycopg
 import pytest
 import pytest_asyncio
 from psycopg import sql
+from tests.support.worker_client import SpawnWorker, spawned_workers
+from tests.support.workload import seeded_rng
 
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
@@ -187,72 +185,11 @@ def raw_conn(schema: str) -> Iterator[Callable[[], psycopg.Connection[Any]]]:
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> random.Random:
     """A seeded random generator; the seed is printed for reproduction."""
-    seed = int(os.environ.get("TURNKEEP_SEED", random.randrange(2**32)))
-    print(f"\n[{request.node.nodeid}] seed={seed} (TURNKEEP_SEED={seed} to reproduce)")
-    return random.Random(seed)
-
-
-# -- worker processes ----------------------------------------------------------
-
-WORKER_SCRIPT = Path(__file__).parent / "_worker.py"
-
-
-class Worker:
-    """A `_worker.py serve` process driven by JSON lines."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT), "serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(msgspec.json.encode(cmd) + b"\n")
-        self.proc.stdin.flush()
-
-    def recv(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.pid} exited ({self.proc.wait()})")
-        reply: dict[str, Any] = msgspec.json.decode(line)
-        return reply
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        self.send(**cmd)
-        return self.recv()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGCONT)  # a test may have stopped it
-            try:
-                self.send(op="exit")
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+    return seeded_rng(request)
 
 
 @pytest.fixture
-def spawn_worker() -> Iterator[Callable[[], Worker]]:
-    """Start worker processes (stopped at the end of the test)."""
-    workers: list[Worker] = []
-
-    def spawn() -> Worker:
-        worker = Worker()
-        workers.append(worker)
-        return worker
-
-    yield spawn
-    for worker in workers:
-        worker.stop()
+def spawn_worker() -> Iterator[SpawnWorker]:
+    """Start PostgreSQL worker processes (stopped at the end of the test)."""
+    with spawned_workers("postgres") as spawn:
+        yield spawn

@@ -1,8 +1,9 @@
 """Plan items 2 and 3: a writer or the server dies; no acknowledged turn is lost.
 
-2. kill -9 of the client. A fork server (`_worker.py`) forks a child per
-   trial that writes 200 turns of 3-8 events (0 B-64 KiB each) to a new
-   session over loopback, recording every acknowledged flush in a side file.
+2. kill -9 of the client. A fork server (`tests/support/worker.py`) forks
+   a child per trial that writes 200 turns of 3-8 events (0 B-64 KiB each)
+   to a new session over loopback, recording every acknowledged flush in a
+   side file.
    The test SIGKILLs it at a random point (after a random number of ACKs,
    spread over the whole run, plus a random part of a turn), then checks:
    the server holds no transaction of the dead child (waited for, up to the
@@ -35,11 +36,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import conninfo
+from tests.support.worker_client import SpawnWorker, Worker
+from tests.support.workload import POSTGRES_WORKLOAD
 
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
-from . import _worker as worker_lib
-from .conftest import DSN, Worker, server_up
+from .conftest import DSN, server_up
 
 pytestmark = pytest.mark.postgres
 
@@ -50,7 +52,7 @@ SEED = 4242  # the workload; kill times come from the printed rng seed
 def _expected(count: int) -> tuple[list[bytes], list[int]]:
     raws: list[bytes] = []
     boundaries = [0]
-    for records in worker_lib.turns(count, seed=SEED, big=True):
+    for records in POSTGRES_WORKLOAD.turns(count, seed=SEED, big=True):
         raws.extend(r.raw for r in records)
         boundaries.append(len(raws))
     return raws, boundaries
@@ -88,7 +90,7 @@ async def _check(config: PostgresConfig, sid: str, acked: int) -> int:
         assert acked <= turns <= acked + 1, f"ACKed {acked}, loaded {turns} turns"
         assert events == EXPECTED[: len(events)], "loaded bytes differ"
         await backend.claim(sid, steal=True)  # the dead writer's lease
-        for records in worker_lib.turns(
+        for records in POSTGRES_WORKLOAD.turns(
             10, seed=SEED, big=True, start=turns, seq0=len(events)
         ):
             await backend.append(sid, records)
@@ -170,7 +172,7 @@ async def test_kill_9_of_the_client_loses_no_acked_turn(
     rng: random.Random,
     pg_config: Callable[..., PostgresConfig],
     tmp_path: Path,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     del chunk
     await _kill_trials(30, rng, pg_config(), tmp_path, spawn_worker())
@@ -183,7 +185,7 @@ async def test_kill_9_of_the_client_soak(
     rng: random.Random,
     pg_config: Callable[..., PostgresConfig],
     tmp_path: Path,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     await _kill_trials(5000, rng, pg_config(), tmp_path, spawn_worker())
 
@@ -295,7 +297,7 @@ async def test_a_server_crash_loses_no_acked_turn(
     rng: random.Random,
     pg_config: Callable[..., PostgresConfig],
     tmp_path: Path,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     await _crash_trials(10, rng, pg_config(), tmp_path, spawn_worker(), crash_server)
 
@@ -308,6 +310,6 @@ async def test_a_server_crash_soak(
     rng: random.Random,
     pg_config: Callable[..., PostgresConfig],
     tmp_path: Path,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     await _crash_trials(300, rng, pg_config(), tmp_path, spawn_worker(), crash_server)

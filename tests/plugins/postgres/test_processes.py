@@ -27,12 +27,13 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from tests.support.worker_client import SpawnWorker, Worker
+from tests.support.workload import POSTGRES_WORKLOAD, meta
 
 from turnkeep.errors import StorageError
 from turnkeep_postgres import SCHEMA_VERSION, PostgresConfig, PostgresPersistence
 
-from . import _worker as worker_lib
-from .conftest import DSN, Worker
+from .conftest import DSN
 
 pytestmark = pytest.mark.postgres
 
@@ -42,7 +43,7 @@ SEED = 77
 def _raws(tag: str, start: int, count: int, seq0: int) -> list[bytes]:
     return [
         r.raw
-        for records in worker_lib.turns(
+        for records in POSTGRES_WORKLOAD.turns(
             count, seed=SEED, tag=tag, start=start, seq0=seq0
         )
         for r in records
@@ -55,9 +56,7 @@ def _race(workers: list[Worker], **cmd: Any) -> list[dict[str, Any]]:
     return [w.recv() for w in workers]
 
 
-async def _races(
-    count: int, config: PostgresConfig, spawn_worker: Callable[[], Worker]
-) -> None:
+async def _races(count: int, config: PostgresConfig, spawn_worker: SpawnWorker) -> None:
     workers = [spawn_worker(), spawn_worker()]
     for w in workers:
         w.call(op="open", dsn=config.dsn, schema=config.schema)
@@ -70,8 +69,10 @@ async def _races(
             if by_create:
                 replies = _race(workers, op="create", id=sid)
             else:
-                await setup.create(worker_lib.meta(sid))
-                await setup.append(sid, worker_lib.turn(0, 0, seed=SEED, tag="setup"))
+                await setup.create(meta(sid))
+                await setup.append(
+                    sid, POSTGRES_WORKLOAD.turn(0, 0, seed=SEED, tag="setup")
+                )
                 await setup.release(sid)
                 replies = _race(workers, op="claim", id=sid)
             winners = [i for i, r in enumerate(replies) if "error" not in r]
@@ -104,7 +105,7 @@ async def _races(
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_exclusive_open_race(
-    pg_config: Callable[..., PostgresConfig], spawn_worker: Callable[[], Worker]
+    pg_config: Callable[..., PostgresConfig], spawn_worker: SpawnWorker
 ) -> None:
     await _races(250, pg_config(), spawn_worker)
 
@@ -112,14 +113,14 @@ async def test_exclusive_open_race(
 @pytest.mark.soak
 @pytest.mark.asyncio
 async def test_exclusive_open_race_soak(
-    pg_config: Callable[..., PostgresConfig], spawn_worker: Callable[[], Worker]
+    pg_config: Callable[..., PostgresConfig], spawn_worker: SpawnWorker
 ) -> None:
     await _races(10_000, pg_config(), spawn_worker)
 
 
 @pytest.mark.asyncio
 async def test_two_processes_migrating_one_schema_migrate_once(
-    schema: str, spawn_worker: Callable[[], Worker]
+    schema: str, spawn_worker: SpawnWorker
 ) -> None:
     """Plan item 33 with real processes (the connection-level races of
     test_schema.py run 100 more): both open a fresh schema at once."""
@@ -159,7 +160,7 @@ async def _fencing(
     random_pause: int,
     config: PostgresConfig,
     rng: random.Random,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     owner = spawn_worker()
     app = owner.call(op="open", dsn=config.dsn, schema=config.schema)["app"]
@@ -213,7 +214,9 @@ async def _fencing(
                 b_start = len((await thief.load(sid)).events)
                 seq_b = b_start
                 for n in range(5):
-                    records = worker_lib.turn(seq_b, 1000 + n, seed=SEED, tag="B")
+                    records = POSTGRES_WORKLOAD.turn(
+                        seq_b, 1000 + n, seed=SEED, tag="B"
+                    )
                     await as_operator(lambda: thief.append(sid, records))  # noqa: B023 - awaited at once
                     seq_b += len(records)
             finally:
@@ -254,7 +257,7 @@ async def _fencing(
 async def test_paused_owner_is_fenced(
     pg_config: Callable[..., PostgresConfig],
     rng: random.Random,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     await _fencing(70, 30, pg_config(), rng, spawn_worker)
 
@@ -264,6 +267,6 @@ async def test_paused_owner_is_fenced(
 async def test_paused_owner_is_fenced_soak(
     pg_config: Callable[..., PostgresConfig],
     rng: random.Random,
-    spawn_worker: Callable[[], Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     await _fencing(4000, 1000, pg_config(), rng, spawn_worker)

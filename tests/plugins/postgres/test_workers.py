@@ -1,10 +1,11 @@
 """The worker pool: 4 processes share 64 sessions; one is killed mid-run.
 
-Each worker (`_worker.py pool`) runs a real `Host` with the `postgres`
-backend loaded by its entry point, and loops: pick a session that needs
-more turns, `resume` it (claim + load; `SessionLockedError` means another
-worker drives it), drive one turn through `Session.append`, `flush`, then
-`close` it (release). So every turn of a session may go to any worker.
+Each worker (`tests/support/worker.py postgres pool`) runs a real `Host`
+with the `postgres` backend loaded by its entry point, and loops: pick a
+session that needs more turns, `resume` it (claim + load;
+`SessionLockedError` means another worker drives it), drive one turn
+through `Session.append`, `flush`, then `close` it (release). So every turn
+of a session may go to any worker.
 After a random number of acknowledged turns, the test SIGKILLs worker 0 the
 moment it reports holding a session: that session stays locked until its
 lease (3 s here) runs out, and then the others finish it.
@@ -22,21 +23,19 @@ import asyncio
 import itertools
 import random
 import signal
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
+from tests.support.worker_client import worker_argv
+from tests.support.workload import pool_turn
 
 from turnkeep.codec import EventCodec
 from turnkeep.config import Config
 from turnkeep.events import TurnEnd, UserMessage
 from turnkeep.host import Host
 from turnkeep_postgres import PostgresConfig
-
-from . import _worker as worker_lib
-from .conftest import WORKER_SCRIPT
 
 pytestmark = pytest.mark.postgres
 
@@ -57,7 +56,7 @@ async def _seed(options: dict[str, Any]) -> None:
     async with Host(config) as host:
         for n in range(SESSIONS):
             session = host.sessions.create(f"pool-{n:02d}")
-            worker_lib.pool_turn(session, -1, 0)
+            pool_turn(session, -1, 0)
             await host.sessions.close(session.id)
 
 
@@ -126,10 +125,7 @@ async def test_four_workers_share_sixty_four_sessions_and_one_dies(
         }
         procs.append(
             await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(WORKER_SCRIPT),
-                "pool",
-                msgspec.json.encode(cmd).decode(),
+                *worker_argv("postgres", "pool", msgspec.json.encode(cmd).decode()),
                 stdout=asyncio.subprocess.PIPE,
             )
         )

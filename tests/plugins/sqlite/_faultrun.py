@@ -35,12 +35,12 @@ from turnkeep.errors import SessionCorruptError, StorageError, TurnkeepError
 from turnkeep.meta import SessionHeader, SessionMeta
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _worker import turns
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # for `tests.support`
+from tests.support.workload import SQLITE_WORKLOAD
 
 KINDS = {"sync": 0, "write": 1, "read": 2}
 TURNS = 50
-WORKLOAD = turns(TURNS + 1, seed=7)
+WORKLOAD = SQLITE_WORKLOAD.turns(TURNS + 1, seed=7)
 BOUNDARIES = [0]
 for _t in WORKLOAD:
     BOUNDARIES.append(BOUNDARIES[-1] + len(_t))

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
 import random
-import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
 import pytest_asyncio
+from tests.support.worker_client import SpawnWorker, spawned_workers
+from tests.support.workload import seeded_rng
 
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.events import (
@@ -121,89 +115,11 @@ def raw_db(db_path: Path) -> Iterator[Callable[[], sqlite3.Connection]]:
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> random.Random:
     """A seeded random generator; the seed is printed for reproduction."""
-    seed = int(os.environ.get("TURNKEEP_SEED", random.randrange(2**32)))
-    print(f"\n[{request.node.nodeid}] seed={seed} (TURNKEEP_SEED={seed} to reproduce)")
-    return random.Random(seed)
-
-
-# -- worker processes ----------------------------------------------------------
-
-HERE = Path(__file__).parent
-WORKER_SCRIPT = HERE / "_worker.py"
-
-
-def load_helper(name: str) -> Any:
-    """Import a helper script of this directory by file path."""
-    module_name = f"turnkeep_sqlite_tests_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, HERE / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-class Worker:
-    """A `_worker.py serve` process driven by JSON lines."""
-
-    def __init__(self, **popen: Any) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-X", "faulthandler", str(WORKER_SCRIPT), "serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            **popen,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(msgspec.json.encode(cmd) + b"\n")
-        self.proc.stdin.flush()
-
-    def recv(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.pid} exited ({self.proc.wait()})")
-        reply: dict[str, Any] = msgspec.json.decode(line)
-        return reply
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        self.send(**cmd)
-        return self.recv()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.send(op="exit")
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+    return seeded_rng(request)
 
 
 @pytest.fixture
-def spawn_worker() -> Iterator[Callable[..., Worker]]:
-    """Start worker processes (stopped at the end of the test)."""
-    workers: list[Worker] = []
-
-    def spawn(**popen: Any) -> Worker:
-        worker = Worker(**popen)
-        workers.append(worker)
-        return worker
-
-    yield spawn
-    for worker in workers:
-        if worker.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGCONT)  # a test may have stopped it
-        worker.stop()
+def spawn_worker() -> Iterator[SpawnWorker]:
+    """Start SQLite worker processes (stopped at the end of the test)."""
+    with spawned_workers("sqlite") as spawn:
+        yield spawn

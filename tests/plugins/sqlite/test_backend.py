@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.support.worker_client import SpawnWorker
 
 from turnkeep.config import Config, load_config
 from turnkeep.errors import (
@@ -32,7 +33,7 @@ from turnkeep.host import Host
 from turnkeep.meta import ForkPoint, SessionHeader, SessionSummary
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence, reads
 
-from .conftest import Worker, meta, turn_records
+from .conftest import meta, turn_records
 
 
 async def _stored(store: SqlitePersistence, sid: str, turns: int = 1) -> int:
@@ -216,7 +217,7 @@ async def test_a_created_but_never_flushed_session_leaves_no_row(
 
 @pytest.mark.asyncio
 async def test_a_crashed_creator_does_not_block_the_id(
-    db_path: Path, store: SqlitePersistence, spawn_worker: Callable[..., Worker]
+    db_path: Path, store: SqlitePersistence, spawn_worker: SpawnWorker
 ) -> None:
     worker = spawn_worker()
     worker.call(op="open", path=str(db_path))

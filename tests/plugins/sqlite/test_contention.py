@@ -14,26 +14,26 @@ from __future__ import annotations
 
 import sqlite3
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.worker_client import SpawnWorker
+from tests.support.workload import SQLITE_WORKLOAD
 
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
-from .conftest import Worker, load_helper, meta
+from .conftest import meta
 
-worker_lib = load_helper("_worker")
 SEED = 24
 
 
 async def _contend(
-    seconds: float, tmp_path: Path, spawn_worker: Callable[..., Worker]
+    seconds: float, tmp_path: Path, spawn_worker: SpawnWorker
 ) -> list[float]:
     path = tmp_path / "db" / "s.sqlite3"
     setup = SqlitePersistence(SqliteConfig(path=path))
-    seed_turn = worker_lib.turn(0, 0, seed=SEED, tag="seed")
+    seed_turn = SQLITE_WORKLOAD.turn(0, 0, seed=SEED, tag="seed")
     await setup.create(meta("shared"))
     await setup.append("shared", seed_turn)
     await setup.release("shared")
@@ -53,7 +53,7 @@ async def _contend(
             if role == "solo":
                 expected = [
                     r.raw
-                    for records in worker_lib.turns(
+                    for records in SQLITE_WORKLOAD.turns(
                         len(reply["acked"]), seed=SEED, tag=tag
                     )
                     for r in records
@@ -66,7 +66,7 @@ async def _contend(
         for seq0, tag, index in shared:
             assert seq0 == len(expected_shared), "a lost, duplicated or stale flush"
             expected_shared.extend(
-                r.raw for r in worker_lib.turn(seq0, index, seed=SEED, tag=tag)
+                r.raw for r in SQLITE_WORKLOAD.turn(seq0, index, seed=SEED, tag=tag)
             )
         assert (await setup.load("shared")).events == expected_shared
         assert len({tag for _, tag, _ in shared}) == 2, "both rivals must have written"
@@ -90,7 +90,7 @@ async def _contend(
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_ten_processes_on_one_file(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     latencies = await _contend(15, tmp_path, spawn_worker)
     # CI shares 2 cores among these 10 processes and the rest of the suite:
@@ -101,7 +101,7 @@ async def test_ten_processes_on_one_file(
 @pytest.mark.soak
 @pytest.mark.asyncio
 async def test_ten_processes_on_one_file_soak(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     latencies = await _contend(180, tmp_path, spawn_worker)
     assert latencies[int(len(latencies) * 0.99)] <= 0.1

@@ -1,9 +1,10 @@
 """Plan item 2: kill -9 of a writing client never loses an ACKed turn.
 
-A fork server (`_worker.py`) forks a child per trial that writes 200 turns
-of 3-8 events (0 B-64 KiB each) to a fresh database, recording every
-acknowledged flush in a side file. The test kills it with SIGKILL at a
-uniformly random time over the run, then checks, in this process:
+A fork server (`tests/support/worker.py`) forks a child per trial that
+writes 200 turns of 3-8 events (0 B-64 KiB each) to a fresh database,
+recording every acknowledged flush in a side file. The test kills it with
+SIGKILL at a uniformly random time over the run, then checks, in this
+process:
 
 - the kill left no lock behind (`BEGIN IMMEDIATE` succeeds at once) and
   the crashed owner does not block the session (`claim` without `steal`);
@@ -23,17 +24,14 @@ import random
 import signal
 import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.worker_client import SpawnWorker
+from tests.support.workload import SQLITE_WORKLOAD
 
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
-
-from .conftest import Worker, load_helper
-
-worker_lib = load_helper("_worker")
 
 TURNS = 200
 SEED = 1234  # the workload; the kill times come from the printed rng seed
@@ -42,7 +40,7 @@ SEED = 1234  # the workload; the kill times come from the printed rng seed
 def _expected(count: int) -> tuple[list[bytes], list[int]]:
     raws: list[bytes] = []
     boundaries = [0]
-    for records in worker_lib.turns(count, seed=SEED, big=True):
+    for records in SQLITE_WORKLOAD.turns(count, seed=SEED, big=True):
         raws.extend(r.raw for r in records)
         boundaries.append(len(raws))
     return raws, boundaries
@@ -78,7 +76,7 @@ async def _check_trial(path: Path, acked: int) -> dict[str, Any]:
         turns = BOUNDARIES.index(len(events))
         assert acked <= turns <= acked + 1, f"ACKed {acked}, loaded {turns} turns"
         assert events == EXPECTED[: len(events)], "loaded bytes differ"
-        for records in worker_lib.turns(
+        for records in SQLITE_WORKLOAD.turns(
             10, seed=SEED, big=True, start=turns, seq0=len(events)
         ):
             await backend.append("s", records)
@@ -93,7 +91,7 @@ async def _run_trials(
     trials: int,
     rng: random.Random,
     tmp_path: Path,
-    spawn_worker: Callable[..., Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     zygote = spawn_worker()
     # Calibrate: how long does an uninterrupted run take on this machine?
@@ -106,6 +104,7 @@ async def _run_trials(
         id="s",
         turns=TURNS,
         seed=SEED,
+        big=True,
         ack=str(run / "ack"),
     )["pid"]
     assert zygote.call(op="reap", pid=pid)["status"] == 0
@@ -128,6 +127,7 @@ async def _run_trials(
             id="s",
             turns=TURNS,
             seed=SEED,
+            big=True,
             ack=str(run / "ack"),
         )["pid"]
         ack = run / "ack"
@@ -162,7 +162,7 @@ async def _run_trials(
 @pytest.mark.parametrize("chunk", range(5))
 @pytest.mark.asyncio
 async def test_kill_9_during_a_200_turn_write(
-    chunk: int, rng: random.Random, tmp_path: Path, spawn_worker: Callable[..., Worker]
+    chunk: int, rng: random.Random, tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     del chunk
     await _run_trials(30, rng, tmp_path, spawn_worker)
@@ -172,6 +172,6 @@ async def test_kill_9_during_a_200_turn_write(
 @pytest.mark.soak
 @pytest.mark.asyncio
 async def test_kill_9_soak(
-    rng: random.Random, tmp_path: Path, spawn_worker: Callable[..., Worker]
+    rng: random.Random, tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     await _run_trials(5000, rng, tmp_path, spawn_worker)

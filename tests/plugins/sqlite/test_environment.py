@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from tests.support.worker_client import worker_argv
 
 from turnkeep.errors import (
     EventTooLargeError,
@@ -34,7 +35,7 @@ from turnkeep.errors import (
 )
 from turnkeep_sqlite import SCHEMA_VERSION, SqliteConfig, SqlitePersistence
 
-from .conftest import WORKER_SCRIPT, meta, turn_records
+from .conftest import meta, turn_records
 
 NOBODY = 65534
 
@@ -313,7 +314,7 @@ def shared_dir() -> Iterator[Path]:
 
 def _once(path: Path, *uid: int, mode: str = "once") -> dict[str, str]:
     done = subprocess.run(
-        [sys.executable, str(WORKER_SCRIPT), mode, str(path), *map(str, uid)],
+        worker_argv("sqlite", mode, str(path), *map(str, uid)),
         capture_output=True,
         check=False,
         timeout=120,
@@ -387,7 +388,7 @@ def test_read_only_file_system(tmp_path: Path) -> None:
     before = path.read_bytes()
     script = (
         f'mount --bind "{store}" "{store}" && mount -o remount,ro,bind "{store}" '
-        f'&& exec "{sys.executable}" "{WORKER_SCRIPT}" once "{path}"'
+        f"&& exec {shlex.join(worker_argv('sqlite', 'once', str(path)))}"
     )
     done = subprocess.run(
         [unshare, "-rm", "sh", "-c", script],

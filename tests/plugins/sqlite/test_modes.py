@@ -15,18 +15,18 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
+from tests.support.worker_client import worker_argv
 
 from turnkeep.errors import StorageError
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
-from .conftest import WORKER_SCRIPT, meta, turn_records
+from .conftest import meta, turn_records
 
 NOBODY = 65534
 
@@ -163,7 +163,7 @@ def reachable_dir() -> Iterator[Path]:
 
 def _nobody_reads(path: Path) -> str:
     done = subprocess.run(
-        [sys.executable, str(WORKER_SCRIPT), "read", str(path), str(NOBODY)],
+        worker_argv("sqlite", "read", str(path), str(NOBODY)),
         capture_output=True,
         check=True,
         timeout=60,

@@ -19,24 +19,24 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.support.worker_client import SpawnWorker, Worker
+from tests.support.workload import SQLITE_WORKLOAD
 
 from turnkeep.errors import SessionFencedError, StorageError
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
-from .conftest import Worker, load_helper, meta
+from .conftest import meta
 
-worker_lib = load_helper("_worker")
 SEED = 99
 
 
 def _raws(tag: str, start: int, count: int, seq0: int) -> list[bytes]:
     return [
         r.raw
-        for records in worker_lib.turns(
+        for records in SQLITE_WORKLOAD.turns(
             count, seed=SEED, tag=tag, start=start, seq0=seq0
         )
         for r in records
@@ -49,7 +49,7 @@ def _race(workers: list[Worker], **cmd: object) -> list[dict[str, object]]:
     return [w.recv() for w in workers]
 
 
-async def _races(count: int, path: Path, spawn_worker: Callable[..., Worker]) -> None:
+async def _races(count: int, path: Path, spawn_worker: SpawnWorker) -> None:
     workers = [spawn_worker(), spawn_worker()]
     for w in workers:
         w.call(op="open", path=str(path))
@@ -63,7 +63,9 @@ async def _races(count: int, path: Path, spawn_worker: Callable[..., Worker]) ->
                 replies = _race(workers, op="create", id=sid)
             else:
                 await setup.create(meta(sid))
-                await setup.append(sid, worker_lib.turn(0, 0, seed=SEED, tag="setup"))
+                await setup.append(
+                    sid, SQLITE_WORKLOAD.turn(0, 0, seed=SEED, tag="setup")
+                )
                 await setup.release(sid)
                 replies = _race(workers, op="claim", id=sid)
             winners = [i for i, r in enumerate(replies) if "error" not in r]
@@ -99,16 +101,14 @@ async def _races(count: int, path: Path, spawn_worker: Callable[..., Worker]) ->
 
 @pytest.mark.slow
 @pytest.mark.asyncio
-async def test_exclusive_open_race(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
-) -> None:
+async def test_exclusive_open_race(tmp_path: Path, spawn_worker: SpawnWorker) -> None:
     await _races(500, tmp_path / "db" / "s.sqlite3", spawn_worker)
 
 
 @pytest.mark.soak
 @pytest.mark.asyncio
 async def test_exclusive_open_race_soak(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     await _races(10_000, tmp_path / "db" / "s.sqlite3", spawn_worker)
 
@@ -118,7 +118,7 @@ async def _fencing(
     random_pause: int,
     path: Path,
     rng: random.Random,
-    spawn_worker: Callable[..., Worker],
+    spawn_worker: SpawnWorker,
 ) -> None:
     owner = spawn_worker()
     owner.call(op="open", path=str(path))
@@ -166,7 +166,9 @@ async def _fencing(
                     seq_b = len((await thief.load(sid)).events)
                     b_start = seq_b
                     for n in range(5):
-                        records = worker_lib.turn(seq_b, 1000 + n, seed=SEED, tag="B")
+                        records = SQLITE_WORKLOAD.turn(
+                            seq_b, 1000 + n, seed=SEED, tag="B"
+                        )
                         await thief.append(sid, records)
                         seq_b += len(records)
             finally:
@@ -198,7 +200,7 @@ async def _fencing(
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_paused_owner_is_fenced(
-    tmp_path: Path, rng: random.Random, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, rng: random.Random, spawn_worker: SpawnWorker
 ) -> None:
     await _fencing(150, 50, tmp_path / "db" / "s.sqlite3", rng, spawn_worker)
 
@@ -206,7 +208,7 @@ async def test_paused_owner_is_fenced(
 @pytest.mark.soak
 @pytest.mark.asyncio
 async def test_paused_owner_is_fenced_soak(
-    tmp_path: Path, rng: random.Random, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, rng: random.Random, spawn_worker: SpawnWorker
 ) -> None:
     await _fencing(4000, 1000, tmp_path / "db" / "s.sqlite3", rng, spawn_worker)
 
@@ -214,7 +216,7 @@ async def test_paused_owner_is_fenced_soak(
 @pytest.mark.crash
 @pytest.mark.asyncio
 async def test_a_killed_owner_frees_its_sessions_at_once(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     path = tmp_path / "db" / "s.sqlite3"
     owner = spawn_worker()
@@ -238,7 +240,7 @@ async def test_a_killed_owner_frees_its_sessions_at_once(
         try:
             zombie._state.held["s0"] = 1
             with pytest.raises(SessionFencedError):
-                await zombie.append("s0", worker_lib.turn(4, 1, seed=SEED))
+                await zombie.append("s0", SQLITE_WORKLOAD.turn(4, 1, seed=SEED))
         finally:
             await zombie.aclose()
     finally:

@@ -18,12 +18,12 @@ import base64
 import hashlib
 import shutil
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from tests.support.worker_client import SpawnWorker
 
 from turnkeep.errors import StorageError, UnsupportedFormatError
 from turnkeep_sqlite import (
@@ -34,7 +34,7 @@ from turnkeep_sqlite import (
 )
 from turnkeep_sqlite.schema import _turns_and_size  # pyright: ignore[reportPrivateUsage]
 
-from .conftest import Worker, meta, turn_records
+from .conftest import meta, turn_records
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -234,7 +234,7 @@ async def test_migration_is_idempotent(db_path: Path) -> None:
 def _migration_races(
     count: int,
     tmp_path: Path,
-    spawn_worker: Callable[..., Worker],
+    spawn_worker: SpawnWorker,
     *,
     from_v1: bool = False,
 ) -> None:
@@ -272,20 +272,20 @@ def _migration_races(
 
 @pytest.mark.slow
 def test_concurrent_first_opens_migrate_once(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     _migration_races(100, tmp_path, spawn_worker)
 
 
 @pytest.mark.slow
 def test_concurrent_first_opens_of_a_v1_database_migrate_once(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     _migration_races(100, tmp_path, spawn_worker, from_v1=True)
 
 
 @pytest.mark.soak
 def test_concurrent_first_opens_migrate_once_soak(
-    tmp_path: Path, spawn_worker: Callable[..., Worker]
+    tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     _migration_races(2000, tmp_path, spawn_worker)
