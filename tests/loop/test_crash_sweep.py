@@ -22,7 +22,7 @@ Must hold, in every trial:
 - after the next turn the log has no open turn and no unanswered call.
 
 CI: 2 backends x 6 points x 2 crash kinds x `CI_TRIALS` (50) trials, half
-the plan's 100 as RELIABILITY.md allows for the CI tier (about 0.12 s per
+the plan's 100 as `docs/reliability.md` allows for the CI tier (about 0.12 s per
 trial on one core). Each trial has a seeded shape: 1-2
 completed turns first, 1-6 calls per turn, which ledger call of the crash
 turn is the target, and whether the cut-off turn is continued or closed.

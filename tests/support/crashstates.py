@@ -7,7 +7,7 @@ renames, unlinks, mkdirs, failed fsyncs), in order, together with `mark`s
 the test adds (for example one after each acknowledged flush).
 `CrashModel(trace).states(k, rng, n)` then gives `n`
 disk states a power loss right before operation `k` may legally leave
-(research/reliability.md, 3.2):
+(`docs/reliability.md`, item 7):
 
 - file data fsynced before the crash is intact;
 - each 512-byte sector changed since a file's last fsync independently ends

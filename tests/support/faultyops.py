@@ -4,7 +4,7 @@
 is judged by a model, or setup). `FaultyFileOps` wraps any `FileOps` and
 fails the k-th call of a kind with a chosen errno, once (transient) or from
 then on (persistent), and can make every `pwrite` write a random prefix of
-what it was given, as the kernel may (research/reliability.md, 3.3).
+what it was given, as the kernel may (`docs/reliability.md`, item 13).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ everything once. Children acknowledge each flush in an ack file after
   more), claim + 10 more turns, reload; the post-repair file is the loaded
   prefix plus the new turns; a quarantine file exists iff a tail was cut,
   holding exactly the cut bytes. CI 500 trials (half the plan's 1,000, as
-  RELIABILITY.md allows, in 5 chunks that xdist spreads); soak 20,000. Children skip
-  fsync: a process kill cannot lose what reached the page cache, so fsync
-  only slows the run (power loss is items 7 and 8).
+  `docs/reliability.md` allows, in 5 chunks that xdist spreads); soak 20,000.
+  Children skip fsync: a process kill cannot lose what reached the page
+  cache, so fsync only slows the run (power loss is items 7 and 8).
 - 4: the writer stops itself (SIGSTOP) before or after each of its
   file-system calls in a workload that repairs a torn tail, opens an owner
   epoch, flushes, replaces the sidecar, creates a session and releases; the

@@ -2,7 +2,7 @@
 
 A workload runs against the real backend through `RecordingFileOps`; then,
 for every recorded operation k, seeded legal power-loss states are
-materialised and checked (research/reliability.md 3.2): the session loads
+materialised and checked (`docs/reliability.md`, item 7): the session loads
 (never `SessionCorruptError`: no legal state is unloadable), holds exactly
 the events of flush F with `acked <= F <= acked + 1`, its title is one that
 was set (the sidecar old, new or absent, never partial), `list` agrees with

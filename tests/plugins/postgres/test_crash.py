@@ -11,7 +11,7 @@
    every ACKed turn and at most one more (the flush in flight); after a
    takeover, 10 more turns append and reload intact.
    CI: 150 trials in 5 chunks (xdist spreads them), half the plan's 300 as
-   RELIABILITY.md allows for the CI tier. Soak: 5,000.
+   `docs/reliability.md` allows for the CI tier. Soak: 5,000.
 3. Server crash. The same writer runs; at a random point the test stops the
    server with `pg_ctlcluster ... stop -m immediate` (no checkpoint: WAL
    replay on start, as after a power cut of the server process), starts it

@@ -13,7 +13,8 @@ process:
 - 10 more turns append after it and reload intact; `integrity_check` is ok.
 
 CI: 150 trials in 5 chunks (xdist spreads them), half the plan's 300 as
-RELIABILITY.md allows to keep the CI tier within its budget; soak: 5,000.
+`docs/reliability.md` allows to keep the CI tier within its budget; soak:
+5,000.
 """
 
 from __future__ import annotations
