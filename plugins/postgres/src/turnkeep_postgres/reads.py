@@ -18,11 +18,11 @@ from typing import Any, Final
 import msgspec
 from psycopg import AsyncConnection
 
+from turnkeep.backendkit import newer_format
 from turnkeep.errors import (
     InvalidCursorError,
     SessionCorruptError,
     SessionNotFoundError,
-    UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionHeader, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
@@ -109,11 +109,7 @@ async def load(
         raise SessionNotFoundError(f"no stored session {session_id!r}")
     meta = _meta(row)
     if meta.header.format_version > FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"session {session_id!r} has format version "
-            f"{meta.header.format_version}; this turnkeep reads up to "
-            f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
-        )
+        raise newer_format(session_id, meta.header.format_version)
     count = meta.summary.event_count
     # Binary results: bytea arrives as the bytes themselves, not hex text.
     async with conn.cursor(binary=True) as events_cur:

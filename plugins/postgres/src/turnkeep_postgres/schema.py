@@ -31,6 +31,7 @@ import attrs
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
+from turnkeep.backendkit import newer_schema
 from turnkeep.codec import TURN_END_PREFIX
 from turnkeep.errors import ConfigurationError, UnsupportedFormatError
 
@@ -186,10 +187,11 @@ async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:
 
 
 def _refuse_newer(schema: str, version: int) -> UnsupportedFormatError:
-    return UnsupportedFormatError(
-        f"the turnkeep schema {schema!r} is at version {version}, newer than this "
-        f"turnkeep-postgres understands ({SCHEMA_VERSION}); upgrade "
-        "turnkeep-postgres on this worker (nothing was changed)"
+    return newer_schema(
+        f"the turnkeep schema {schema!r} in PostgreSQL",
+        version,
+        supported=SCHEMA_VERSION,
+        reader="turnkeep-postgres",
     )
 
 

@@ -28,7 +28,7 @@ is a compare-and-set on the stored next seq (a retry either lands or reports,
 through `SequenceError`, how much had landed).
 
 Operations may change the instance's in-memory ownership state as they run;
-they register an undo for each change (`Tx.on_rollback`), which runs if their
+they register an undo for each change (`Tx.undo`), which runs if their
 writes are rolled back, so memory never claims what the database does not.
 """
 
@@ -47,6 +47,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from turnkeep.backendkit import Undo
 from turnkeep.errors import PersistenceError, StorageError, TurnkeepError
 from turnkeep.meta import FORMAT_VERSION
 from turnkeep_postgres.sqlerrors import connection_lost, storage_error
@@ -64,16 +65,8 @@ class Tx:
 
     conn: AsyncConnection[Any]
     queries: Queries
-    _undo: list[Callable[[], None]] = attrs.field(factory=list[Callable[[], None]])
-
-    def on_rollback(self, undo: Callable[[], None]) -> None:
-        """Run `undo` if this operation's writes are rolled back."""
-        self._undo.append(undo)
-
-    def rollback_memory(self) -> None:
-        """Undo this operation's in-memory changes, newest first."""
-        while self._undo:
-            self._undo.pop()()
+    undo: Undo = attrs.Factory(Undo)
+    """The operation's in-memory changes, taken back if its writes are."""
 
 
 @attrs.frozen
@@ -290,13 +283,13 @@ class Writer:
                         else:
                             value = await job.op.run(tx)
                     except TurnkeepError as exc:
-                        tx.rollback_memory()
+                        tx.undo.rollback()
                         if not shared:
                             raise
                         refused.append((job, exc))  # clean, or its savepoint undid it
                         continue
                     except psycopg.Error as exc:
-                        tx.rollback_memory()
+                        tx.undo.rollback()
                         if shared and not clean and not connection_lost(exc):
                             refused.append((job, self._wrap(exc, job)))
                             continue
@@ -308,7 +301,7 @@ class Writer:
             return [], False, batching
         except psycopg.Error as exc:
             for _, _, tx in reversed(done):
-                tx.rollback_memory()
+                tx.undo.rollback()
             lost = connection_lost(exc)
             if in_batch and not lost:
                 # The shared statement failed: run the group again one
@@ -398,7 +391,7 @@ class Writer:
             try:
                 await item.missed(tx)  # raises the refusal; it wrote nothing
             except TurnkeepError as exc:
-                tx.rollback_memory()
+                tx.undo.rollback()
                 refused.append((job, exc))
             else:  # pragma: no cover - `missed` always explains a miss
                 refused.append((job, StorageError(f"{job.op.doing} did not land")))

@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple
 
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord, count_turn_ends
+from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
+from turnkeep.codec import EventRecord
 from turnkeep.errors import (
-    EventTooLargeError,
     SequenceError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
     SessionNotFoundError,
     StorageError,
-    UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep_postgres.writer import Batched, Op, Tx
@@ -47,7 +46,6 @@ __all__ = [
     "update",
 ]
 
-V = TypeVar("V")
 _encode: Final = msgspec.json.Encoder().encode
 
 
@@ -73,31 +71,11 @@ class OwnerState:
 
     def hold(self, tx: Tx, session_id: str, generation: int | None) -> None:
         """Record (or with `None`, forget) the generation held, undoably."""
-        had = session_id in self.held
-        previous = self.held.get(session_id, 0)
-        if generation is None:
-            self.held.pop(session_id, None)
-        else:
-            self.held[session_id] = generation
-
-        def undo() -> None:
-            if had:
-                self.held[session_id] = previous
-            else:
-                self.held.pop(session_id, None)
-
-        tx.on_rollback(undo)
+        tx.undo.put(self.held, session_id, generation)
 
     def stage(self, tx: Tx, session_id: str, pending: bool) -> None:
         """Mark (or unmark) a session as created here and not flushed, undoably."""
-        was = session_id in self.pending
-        if pending:
-            self.pending.add(session_id)
-        else:
-            self.pending.discard(session_id)
-        tx.on_rollback(
-            lambda: (self.pending.add if was else self.pending.discard)(session_id)
-        )
+        tx.undo.mark(self.pending, session_id, pending)
 
 
 class _Row(NamedTuple):
@@ -115,14 +93,6 @@ async def _row(tx: Tx, session_id: str) -> _Row | None:
 
 def _not_found(session_id: str) -> SessionNotFoundError:
     return SessionNotFoundError(f"no stored session {session_id!r}")
-
-
-def _newer(session_id: str, version: int) -> UnsupportedFormatError:
-    return UnsupportedFormatError(
-        f"session {session_id!r} has format version {version}; this turnkeep "
-        f"reads up to {FORMAT_VERSION}. Upgrade turnkeep to open it (nothing was "
-        "changed)."
-    )
 
 
 def _fenced(session_id: str) -> SessionFencedError:
@@ -180,32 +150,14 @@ def create(state: OwnerState, meta: SessionMeta) -> Op[None]:
 # -- append ------------------------------------------------------------------
 
 
-def _check_batch(
-    session_id: str, records: Sequence[EventRecord], max_bytes: int
-) -> None:
-    first = records[0].seq
-    for offset, record in enumerate(records):
-        if record.seq != first + offset:
-            raise SequenceError(
-                f"session {session_id!r}: batch is not contiguous at seq {record.seq}",
-                session_id=session_id,
-                expected=first + offset,
-                got=record.seq,
-            )
-        if len(record.raw) > max_bytes:
-            raise EventTooLargeError(
-                f"session {session_id!r}: event {record.type!r} (seq {record.seq}) "
-                f"is {len(record.raw)} bytes, over max_event_bytes ({max_bytes})",
-                event_type=record.type,
-            )
-
-
 def append(
     state: OwnerState, session_id: str, records: Sequence[EventRecord]
 ) -> Op[None]:
     """Append one flush: a compare-and-set on owner, generation and next seq."""
-    if records:
-        _check_batch(session_id, records, state.max_event_bytes)
+    # The first seq is compared with the stored one by the append statement.
+    check_batch(
+        session_id, records, next_seq=None, max_event_bytes=state.max_event_bytes
+    )
     raws = [bytes(r.raw) for r in records]
     turns = count_turn_ends(records)
 
@@ -286,7 +238,7 @@ async def _explain_append(
     if row is None or (row.next_seq == 0 and session_id not in state.pending):
         raise SessionNotFoundError(f"no session {session_id!r} to append to")
     if row.format_version > FORMAT_VERSION:
-        raise _newer(session_id, row.format_version)
+        raise newer_format(session_id, row.format_version)
     if row.owner != state.token or row.generation != generation:
         raise _fenced(session_id)
     if first is None:
@@ -325,7 +277,7 @@ async def _take(tx: Tx, state: OwnerState, session_id: str, *, steal: bool) -> i
         if stored is None or stored.next_seq == 0:
             raise _not_found(session_id)
         if stored.format_version > FORMAT_VERSION:
-            raise _newer(session_id, stored.format_version)
+            raise newer_format(session_id, stored.format_version)
         raise _locked(session_id, "written")
     generation = int(row[0])
     state.hold(tx, session_id, generation)
