@@ -79,11 +79,14 @@ class Batched:
         first: the batch's first seq (the stored next seq it expects).
         time: the last record's time (the new `updated_at` at least).
         raws: the records' bytes, in seq order.
-        turns: how many of the records are `turn/end` events.
+        ends: which of the records end a turn (their `turn_end` flags).
+        turns: how many of the records end a turn.
         owner: this instance's owner token.
         lease_s: the lease to set, in seconds.
-        landed: applies the in-memory effects once its rows matched.
-        missed: raises why its rows did not match.
+        landed: applies the in-memory effects once it landed.
+        missed: when its rows did not match, raises why, or lands the append
+            on its own (after counting what workers of an older schema
+            appended; see `turnkeep_postgres.writes`).
     """
 
     session_id: str
@@ -91,6 +94,7 @@ class Batched:
     first: int
     time: int
     raws: list[bytes]
+    ends: list[bool]
     turns: int
     owner: uuid.UUID
     lease_s: float
@@ -106,13 +110,17 @@ class Op(Generic[T]):
         run: the operation; raises a `TurnkeepError` to refuse.
         session_id: the one session it touches (`None`: many), used to order
             a group's operations so two workers lock rows in the same order.
-        clean: it refuses only before its first write (no savepoint needed);
-            a callable says so when the writer is about to run it.
+        clean: it refuses only before its first write (no savepoint needed;
+            writes of facts that hold whatever becomes of it, as in `atomic`,
+            do not count); a callable says so when the writer is about to run
+            it.
         doing: what it does, for error messages.
         batch: for an append, returns its `Batched` form when it can share a
             statement (the session is held); `run` is used otherwise.
         atomic: all its writes are one statement (anything else it runs only
-            reads; a callable says so when the writer is about to run it).
+            reads, or writes facts that hold whatever becomes of it, such as
+            an append's catch-up of counts; a callable says so when the
+            writer is about to run it).
             Alone in a group, such an operation runs on the autocommit
             connection without a transaction of its own, and commits with
             its statement: one round trip, not three.
@@ -375,6 +383,7 @@ class Writer:
             "sids": [i.session_id for _, i in items for _ in i.raws],
             "seqs": [i.first + n for _, i in items for n in range(len(i.raws))],
             "raws": [raw for _, i in items for raw in i.raws],
+            "ends": [end for _, i in items for end in i.ends],
             "owner": first.owner,
             "lease": first.lease_s,
             "format": FORMAT_VERSION,
@@ -389,12 +398,13 @@ class Writer:
                 done.append((job, None, tx))
                 continue
             try:
-                await item.missed(tx)  # raises the refusal; it wrote nothing
+                await item.missed(tx)  # raises the refusal, or lands it alone
             except TurnkeepError as exc:
                 tx.undo.rollback()
                 refused.append((job, exc))
-            else:  # pragma: no cover - `missed` always explains a miss
-                refused.append((job, StorageError(f"{job.op.doing} did not land")))
+            else:
+                item.landed(tx)
+                done.append((job, None, tx))
         return rest
 
     def _wrap(self, exc: psycopg.Error, job: _Job[Any]) -> StorageError:
