@@ -52,9 +52,14 @@ def test_readme_quick_start_runs() -> None:
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own README
 
 
-def test_writing_a_backend_registration_block_compiles() -> None:
-    registration, conformance = blocks(ROOT / "docs" / "writing-a-backend.md", "python")
+def test_writing_a_backend_registration_and_kit_blocks_compile() -> None:
+    kit, registration, conformance = blocks(
+        ROOT / "docs" / "writing-a-backend.md", "python"
+    )
     compile(registration, "writing-a-backend.md", "exec")
+    namespace: dict[str, object] = {}
+    exec(compile(kit, "writing-a-backend.md", "exec"), namespace)  # noqa: S102 - our own docs
+    assert callable(namespace["MyPersistence"])
     assert "class TestMyBackend(PersistenceContract)" in conformance
 
 
@@ -62,7 +67,7 @@ def test_writing_a_backend_registration_block_compiles() -> None:
 def test_a_backend_test_file_is_one_subclass_and_one_fixture(
     pytester: pytest.Pytester,
 ) -> None:
-    _, conformance = blocks(ROOT / "docs" / "writing-a-backend.md", "python")
+    *_, conformance = blocks(ROOT / "docs" / "writing-a-backend.md", "python")
     pytester.makeini(
         "[pytest]\nasyncio_mode = strict\n"
         "asyncio_default_fixture_loop_scope = function\n"

@@ -72,7 +72,7 @@ def test_a_pyproject_without_a_turnkeep_table_is_skipped(tmp_path: Path) -> None
             "[tool.turnkeep]\nmax_event_bytes = 'lots'\n",
             "max_event_bytes",
         ),
-        ("turnkeep.toml", "max_event_bytes = -1\n", "positive"),
+        ("turnkeep.toml", "max_event_bytes = -1\n", "must be > 0"),
         ("turnkeep.toml", "plugins = 3\n", "plugins"),
         ("turnkeep.toml", "persistence = [\n", "cannot read"),
     ],

@@ -17,6 +17,7 @@ from turnkeep.errors import (
     HookContractError,
     InvalidSummaryError,
     PluginDisposeError,
+    SequenceError,
     SessionClosedError,
     StorageError,
 )
@@ -31,6 +32,7 @@ class Controlled(MemoryPersistence):
     create_delay: float = 0.0
     fail_updates: int = 0
     lose_acks: int = 0  # append lands, then reports failure
+    hole_refusals: int = 0  # refuse a batch at its second record, writing none
 
     async def create(self, meta: SessionMeta) -> None:
         if self.create_delay:
@@ -38,6 +40,15 @@ class Controlled(MemoryPersistence):
         await super().create(meta)
 
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        if self.hole_refusals and len(events) > 1:
+            self.hole_refusals -= 1
+            at = events[1].seq
+            raise SequenceError(
+                f"batch not contiguous at seq {at}",
+                session_id=session_id,
+                expected=at,
+                got=at,
+            )
         await super().append(session_id, events)
         if self.lose_acks:
             self.lose_acks -= 1
@@ -262,3 +273,18 @@ async def test_a_plugin_with_a_wrong_hook_signature_is_a_typed_error(
     with pytest.raises(HookContractError, match="wrong_argument"):
         host.register(Bad(), "bad")
     assert host.pm.get_plugin("bad") is None
+
+
+@pytest.mark.asyncio
+async def test_a_refusal_inside_a_batch_is_not_taken_for_records_that_landed() -> None:
+    plugin = ControlledPlugin()
+    plugin.knobs["hole_refusals"] = 1
+    async with Host(make_config(persistence="controlled"), plugins=[plugin]) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="one"))
+        session.append(UserMessageData(text="two"))
+        with pytest.raises(FlushError, match="disagree"):
+            await session.flush()
+        assert host.unsaved(session) == 2  # nothing acknowledged that never landed
+        await session.flush()  # the refusal passed: both land now
+        assert texts(host, plugin.storage, "s") == ["one", "two"]

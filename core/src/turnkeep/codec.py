@@ -50,7 +50,7 @@ TYPE_PREFIX: Final = b'{"type":"'
 """How every event's bytes start: the codec writes the `type` key first."""
 
 TURN_END_PREFIX: Final = b'{"type":"%b"' % TURN_END_TYPE.encode()
-"""How a `turn/end` event's bytes start (backends count turns by it)."""
+"""How a `turn/end` event's bytes start (`turnkeep.backendkit` counts by it)."""
 
 
 class EventRecord(msgspec.Struct, frozen=True, gc=False):
@@ -65,6 +65,15 @@ class EventRecord(msgspec.Struct, frozen=True, gc=False):
     type: str
     time: int
     raw: bytes
+
+    @property
+    def is_turn_end(self) -> bool:
+        """Whether this record ends a turn (counts in `SessionSummary.turns`).
+
+        Backends store or count this flag rather than matching `type`
+        against the vocabulary themselves.
+        """
+        return self.type == TURN_END_TYPE
 
 
 def count_turn_ends(records: Iterable[EventRecord]) -> int:

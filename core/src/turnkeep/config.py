@@ -28,6 +28,7 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
+from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
 from turnkeep.errors import ConfigurationError
 
@@ -51,11 +52,6 @@ DEFAULT_BACKEND: Final = "jsonl"
 _ENV_PREFIX: Final = "TURNKEEP_"
 
 
-def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value}")
-
-
 @attrs.frozen
 class Config:
     """The host's configuration.
@@ -76,7 +72,7 @@ class Config:
     plugins: PluginSelection = "all"
     blocked_plugins: tuple[str, ...] = ()
     max_event_bytes: int = attrs.field(
-        default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
+        default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )
     redact_secrets: bool = False
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])

@@ -20,16 +20,15 @@ from typing import Any, Final
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord, count_turn_ends
+from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
+from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     InvalidCursorError,
-    SequenceError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
     SessionNotFoundError,
     StorageError,
-    UnsupportedFormatError,
 )
 from turnkeep.hookspecs import hookimpl
 from turnkeep.ids import validate_session_id
@@ -103,23 +102,7 @@ class MemoryPersistence:
         if not events:
             return
         next_seq = len(stored.events) if stored is not None else 0
-        if events[0].seq != next_seq:
-            raise SequenceError(
-                f"session {session_id!r}: append starts at seq {events[0].seq} "
-                f"but the stored log continues at {next_seq}",
-                session_id=session_id,
-                expected=next_seq,
-                got=events[0].seq,
-            )
-        for offset, record in enumerate(events):
-            if record.seq != next_seq + offset:
-                raise SequenceError(
-                    f"session {session_id!r}: batch is not contiguous at "
-                    f"seq {record.seq}",
-                    session_id=session_id,
-                    expected=next_seq + offset,
-                    got=record.seq,
-                )
+        check_batch(session_id, events, next_seq=next_seq)
         if stored is None:
             assert pending is not None  # noqa: S101 - narrowed by the check above
             # The caller's numbers count for nothing: the log's start at 0.
@@ -261,11 +244,7 @@ class MemoryPersistence:
     @staticmethod
     def _check_version(meta: SessionMeta) -> None:
         if meta.header.format_version > FORMAT_VERSION:
-            raise UnsupportedFormatError(
-                f"session {meta.id!r} has format version "
-                f"{meta.header.format_version}; this turnkeep reads up to "
-                f"{FORMAT_VERSION}"
-            )
+            raise newer_format(meta.id, meta.header.format_version)
 
 
 def _with_summary(meta: SessionMeta, **changes: Any) -> SessionMeta:

@@ -1,11 +1,12 @@
 """The persistence seam: the `SessionPersistence` protocol and its contracts.
 
 Implemented by backends (`MemoryPersistence` in core; `turnkeep-jsonl`,
-`turnkeep-sqlite`, `turnkeep-postgres`; third parties). Consumed by the
-write-behind plugin (`turnkeep.writebehind`), the session store's resume
-path, and the CLI. Backends never see event objects: they store and return
-`EventRecord`s / event bytes exactly as core encoded them. The codec, the
-record and metadata types a backend handles are importable from here too.
+`turnkeep-sqlite`, `turnkeep-postgres`; third parties), with the pieces they
+share from `turnkeep.backendkit`. Consumed by the write-behind plugin
+(`turnkeep.writebehind`), the session store's resume path, and the CLI.
+Backends never see event objects: they store and return `EventRecord`s /
+event bytes exactly as core encoded them. The codec, the record and
+metadata types a backend handles are importable from here too.
 
 Contracts every backend keeps (the conformance kit, `turnkeep.conformance`,
 checks each one; the names in brackets are the kit's):
@@ -27,13 +28,14 @@ checks each one; the names in brackets are the kit's):
   it pages newest first by `updated_at` (ties by id), with an opaque cursor.
 - [summary] `update` replaces title, first prompt and status, never the log,
   and an `append` never loses them. Backends keep `event_count` (durable
-  events), `turns` (durable records whose `type` is `turn/end`), `size` (the
-  summed length of the durable records' `raw`) and `updated_at`, which only
-  moves forward: to the last record's `time` on `append`, to the given
-  `updated_at` on `update`. The three numbers are the log's: values passed to
-  `update` are ignored, and they stay right across reopens, takeovers and
-  torn-tail repairs. `list` returns them too, from metadata alone. Backends
-  read no clock of their own, so ordering follows the sessions' clock.
+  events), `turns` (durable records whose `is_turn_end` is true, i.e. of type
+  `turn/end`), `size` (the summed length of the durable records' `raw`) and
+  `updated_at`, which only moves forward: to the last record's `time` on
+  `append`, to the given `updated_at` on `update`. The three numbers are the
+  log's: values passed to `update` are ignored, and they stay right across
+  reopens, takeovers and torn-tail repairs. `list` returns them too, from
+  metadata alone. Backends read no clock of their own, so ordering follows
+  the sessions' clock.
 - [ids] Ids are untrusted: any id `validate_session_id` accepts round-trips
   exactly, distinct ids never collide (also after case folding), and an
   invalid id raises `InvalidSessionIdError` before anything is touched.

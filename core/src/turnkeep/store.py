@@ -15,13 +15,13 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from turnkeep.backendkit import newer_format
 from turnkeep.clock import Clock, now_ms
 from turnkeep.errors import (
     InvalidForkPointError,
     InvalidSeedError,
     SessionExistsError,
     SessionNotFoundError,
-    UnsupportedFormatError,
 )
 from turnkeep.events import SessionEvent
 from turnkeep.ids import new_session_id, validate_session_id
@@ -174,11 +174,7 @@ class SessionStore:
             loaded = await backend.load(session_id)
             header = loaded.meta.header
             if header.format_version > FORMAT_VERSION:
-                raise UnsupportedFormatError(
-                    f"session {session_id!r} has format version "
-                    f"{header.format_version}; this turnkeep reads up to "
-                    f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
-                )
+                raise newer_format(session_id, header.format_version)
             events = self._hooks.codec.decode_log(loaded.events, session_id=session_id)
         except BaseException:
             await backend.release(session_id)

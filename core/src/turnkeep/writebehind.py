@@ -360,7 +360,9 @@ class WriteBehind:
             await self.backend.append(session.id, batch)
         except SequenceError as exc:
             landed = exc.expected - batch[0].seq
-            if not 0 < landed <= len(batch):
+            # Only a refusal of the batch's start says how much had landed
+            # (a hole inside a batch is refused at the hole's seq).
+            if exc.got != batch[0].seq or not 0 < landed <= len(batch):
                 raise FlushError(
                     f"session {session.id!r}: the backend {self.name!r} expects "
                     f"seq {exc.expected} but {batch[0].seq} is next here; the "

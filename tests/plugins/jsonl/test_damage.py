@@ -414,3 +414,92 @@ def test_a_newer_format_with_a_damaged_layout_is_still_refused_as_newer() -> Non
     )
     with pytest.raises(UnsupportedFormatError):
         parse(line + b"\n" + b"whatever comes next\n")
+
+
+# -- damage found in a session this instance holds ---------------------------------
+
+
+async def held_and_damaged(
+    store: Path, open_backend: Callable[..., JsonlPersistence]
+) -> tuple[JsonlPersistence, Path, int]:
+    """A session held by a backend, with a bit flipped in its first flush.
+
+    Returns the backend, the log, and the session's next seq.
+    """
+    batches = turns(4, seed="held")
+    owner = open_backend()
+    await owner.create(meta())
+    for batch in batches:
+        await owner.append("s", batch)
+    log = log_file(store)
+    data = bytearray(log.read_bytes())
+    data[data.index(b'{"type"') + 20] ^= 1  # acknowledged: three flushes follow
+    log.write_bytes(bytes(data))
+    return owner, log, len(raws(batches))
+
+
+@pytest.mark.asyncio
+async def test_a_held_session_found_damaged_is_released_without_a_write(
+    store: Path, open_backend: Callable[..., JsonlPersistence]
+) -> None:
+    owner, _, seq = await held_and_damaged(store, open_backend)
+    with pytest.raises(SessionCorruptError):
+        await owner.load("s")
+    before = digest(store)
+    with pytest.raises(SessionCorruptError, match="bury the damage"):
+        await owner.append("s", turn(seq, 9))
+    await owner.release("s")  # no release line after the damage
+    assert digest(store) == before
+    with pytest.raises(SessionCorruptError):
+        await owner.claim("s")
+    assert digest(store) == before
+
+
+@pytest.mark.asyncio
+async def test_claiming_a_held_session_found_damaged_looks_at_it_again(
+    store: Path, open_backend: Callable[..., JsonlPersistence]
+) -> None:
+    owner, _, _ = await held_and_damaged(store, open_backend)
+    with pytest.raises(SessionCorruptError):
+        await owner.load("s")
+    before = digest(store)
+    with pytest.raises(SessionCorruptError):
+        await owner.claim("s")  # not "already ours": the damage is still there
+    assert digest(store) == before
+
+
+@pytest.mark.asyncio
+async def test_damage_an_append_finds_stops_the_handle_like_damage_load_finds(
+    store: Path, open_backend: Callable[..., JsonlPersistence]
+) -> None:
+    owner, log, seq = await held_and_damaged(store, open_backend)
+    with log.open("ab") as f:  # a torn tail too: the append reads the log again
+        f.write(b'{"type":"user/message","seq":')
+    before = digest(store)
+    with pytest.raises(SessionCorruptError):
+        await owner.append("s", turn(seq, 9))
+    with pytest.raises(SessionCorruptError, match="bury the damage"):
+        await owner.append("s", turn(seq, 9))
+    assert digest(store) == before
+    # The summary is kept as a bystander's update keeps it, nothing is cut.
+    await owner.update("s", SessionSummary(title="kept"))
+    bystander = open_backend()
+    await bystander.update("s", SessionSummary(title="kept"))
+    with pytest.raises(SessionCorruptError):
+        await bystander.load("s")
+    assert log.read_bytes().endswith(b'{"type":"user/message","seq":')
+
+
+@pytest.mark.asyncio
+async def test_damage_an_update_finds_stops_the_handle_too(
+    store: Path, open_backend: Callable[..., JsonlPersistence]
+) -> None:
+    owner, log, seq = await held_and_damaged(store, open_backend)
+    with log.open("ab") as f:
+        f.write(b'{"type":"user/message","seq":')
+    before = digest(store)
+    with pytest.raises(SessionCorruptError):
+        await owner.update("s", SessionSummary(title="first"))
+    with pytest.raises(SessionCorruptError, match="bury the damage"):
+        await owner.append("s", turn(seq, 9))
+    assert digest(store) == before

@@ -22,7 +22,6 @@ from turnkeep.meta import TURN_END_TYPE, SessionSummary
 from turnkeep_jsonl import JsonlPersistence
 from turnkeep_jsonl.format import (
     MARK,
-    count_turn_ends,
     encode_event_lines,
     seal,
     unseal,
@@ -121,25 +120,6 @@ async def test_a_torn_turn_end_without_its_commit_is_not_counted(
     assert numbers_of((await reader.load("s")).meta.summary) == want
     (item,) = (await reader.list()).items
     assert numbers_of(item.summary) == want
-
-
-async def test_events_whose_type_is_not_their_first_key_are_counted() -> None:
-    raws = [
-        b'{"type":"turn/end","seq":0}',
-        b'{"seq":1,"type":"turn/end"}',
-        b'{"seq":2, "type" : "turn/end"}',
-        b'{"type":"turn/ending","seq":3}',
-        b'{"type":"turn/start","seq":4}',
-        b'{"seq":5,"data":{"type":"turn/end"},"type":"user/message"}',
-        b'{"seq":7}',
-        # Bytes that start with their type are judged by that prefix alone
-        # (as core writes them, a type is never escaped): not a turn/end.
-        b'{"type":"turn\\/end","seq":6}',
-    ]
-    assert count_turn_ends(raws) == 3
-    assert count_turn_ends(encode_event_lines(
-        [EventRecord(i, "x", 0, r) for i, r in enumerate(raws)]
-    ).splitlines()) == 3  # fmt: skip
 
 
 async def test_a_log_with_odd_event_bytes_recounts_as_it_was_counted(

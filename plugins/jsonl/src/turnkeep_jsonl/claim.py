@@ -19,7 +19,6 @@ import os
 from typing import Final
 
 from turnkeep.errors import (
-    SessionCorruptError,
     SessionLockedError,
     SessionNotFoundError,
 )
@@ -151,9 +150,6 @@ def reconcile(store: Store, handle: Handle, size: int, *, max_line: int) -> None
             collect=False,
             max_line=max_line,
         )
-    except SessionCorruptError as exc:
-        handle.failure = exc
-        raise
     except OSError as exc:
         raise poison(handle, exc, "reading its log") from exc
     if result.end != handle.end or result.state.flush != handle.state.flush:

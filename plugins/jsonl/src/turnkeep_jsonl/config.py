@@ -12,14 +12,10 @@ from pathlib import Path
 import attrs
 import platformdirs
 
+from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = ["JsonlConfig", "default_path"]
-
-
-def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value}")
 
 
 def default_path() -> Path:
@@ -42,6 +38,6 @@ class JsonlConfig:
 
     path: Path | None = None
     max_event_bytes: int = attrs.field(
-        default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
+        default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )
-    threads: int = attrs.field(default=8, validator=_positive)
+    threads: int = attrs.field(default=8, validator=positive)

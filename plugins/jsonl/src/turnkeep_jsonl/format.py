@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from operator import add, itemgetter
 from typing import Final, TypeAlias
 
 import msgspec
 
-from turnkeep.codec import TURN_END_PREFIX, TYPE_PREFIX, EventRecord
-from turnkeep.meta import TURN_END_TYPE, ForkPoint, SessionSummary
+from turnkeep.codec import EventRecord
+from turnkeep.meta import ForkPoint, SessionSummary
 
 __all__ = [
     "FORMAT_NAME",
@@ -39,7 +39,6 @@ __all__ = [
     "Sidecar",
     "all_sealed",
     "bad_event_reason",
-    "count_turn_ends",
     "decode_control",
     "decode_controls",
     "decode_header",
@@ -51,7 +50,6 @@ __all__ = [
     "encode_release",
     "encode_sidecar",
     "event_seq",
-    "event_type",
     "probe_header",
     "seal",
     "unseal",
@@ -149,15 +147,10 @@ class _Seq(msgspec.Struct):
     seq: int
 
 
-class _Type(msgspec.Struct):
-    type: object = None
-
-
 _encode: Final = msgspec.json.Encoder().encode
 _header_decoder: Final = msgspec.json.Decoder(Header)
 _probe_decoder: Final = msgspec.json.Decoder(_Probe)
 _seq_decoder: Final = msgspec.json.Decoder(_Seq)
-_type_decoder: Final = msgspec.json.Decoder(_Type)
 _control_decoder: Final = msgspec.json.Decoder(Control)
 _controls_decoder: Final = msgspec.json.Decoder(list[Control])
 _sidecar_decoder: Final = msgspec.json.Decoder(Sidecar)
@@ -348,35 +341,6 @@ def decode_sidecar(data: bytes) -> Sidecar | None:
         return None
     try:
         return _sidecar_decoder.decode(body)
-    except _DECODE_ERRORS:
-        return None
-
-
-def count_turn_ends(raws: Iterable[bytes]) -> int:
-    """How many of the events `raws` are of type `turn/end`.
-
-    Core writes an event's `type` first, so one prefix comparison per event
-    decides it; only bytes that do not start with `{"type":"` are decoded
-    (for their `type` alone). Accepts event lines (sealed) as well as bytes.
-    """
-    raws = raws if isinstance(raws, list) else list(raws)
-    turns = sum(map(bytes.startswith, raws, repeat(TURN_END_PREFIX)))
-    if all(map(bytes.startswith, raws, repeat(TYPE_PREFIX))):
-        return turns
-    for raw in raws:
-        if not raw.startswith(TYPE_PREFIX):
-            turns += event_type(raw) == TURN_END_TYPE
-    return turns
-
-
-def event_type(raw: bytes) -> object:
-    """The `type` of an event's bytes (or its sealed line), `None` if unreadable.
-
-    A sealed line is the event's object with one more key, so it decodes the
-    same way.
-    """
-    try:
-        return _type_decoder.decode(raw).type
     except _DECODE_ERRORS:
         return None
 

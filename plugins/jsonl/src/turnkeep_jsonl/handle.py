@@ -80,8 +80,9 @@ class Handle:
     """A session this process drives: its open log, its lock and its state.
 
     `failure` is set once the handle must not write any more: a
-    `StorageError` (poisoned, R6), `SessionFencedError` (taken over) or
-    `SessionCorruptError` (damage found). Every later write raises it again.
+    `StorageError` (poisoned, R6) or `SessionFencedError` (taken over).
+    Every later write raises it again. (Damage found in the log is kept by
+    `Operations.damaged`, the backend kit's guard.)
     """
 
     stem: str

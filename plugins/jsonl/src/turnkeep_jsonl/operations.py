@@ -1,10 +1,11 @@
 """The blocking side of `JsonlPersistence`: each protocol method, on a thread.
 
 Owns this instance's sessions (`Pending` ones, created but without a file
-yet; held ones, open for writing) and orchestrates the pieces: locks, the
-catalog, the writer, claims, reads. Write methods run under the session's
-lock (taken by the backend); read methods touch no session state but the
-`failure` of a held handle, which `load` sets when it finds damage.
+yet; held ones, open for writing, with the damage found in them) and
+orchestrates the pieces: locks, the catalog, the writer, claims, reads.
+Write methods run under the session's lock (taken by the backend); read
+methods touch no session state but `damaged`, where `load` records damage
+(or a newer format) found in a held session so that it takes no appends.
 """
 
 from __future__ import annotations
@@ -12,18 +13,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from itertools import count
-from operator import attrgetter, eq
+from operator import attrgetter
 from pathlib import Path
 
 import attrs
 import msgspec
 
+from turnkeep.backendkit import DamagedSessions, check_batch
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     EventRejectedError,
-    EventTooLargeError,
-    SequenceError,
     SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
@@ -50,7 +49,6 @@ from .writer import append, finish_creation, materialise, release, settle
 __all__ = ["Operations"]
 
 _raw = attrgetter("raw")
-_seq = attrgetter("seq")
 
 
 @attrs.define(eq=False)
@@ -62,6 +60,10 @@ class Operations:
         ops: the file-system calls.
         max_event_bytes: the largest event accepted by `append`.
         max_line: the longest line a reader accepts.
+
+    Attributes:
+        damaged: held sessions found damaged or in a newer format; they take
+            no appends until they are let go (released, dropped, deleted).
     """
 
     path: Path
@@ -71,6 +73,7 @@ class Operations:
     store: Store = attrs.field(init=False)
     catalog: Catalog = attrs.field(init=False)
     reads: Unheld = attrs.field(init=False)
+    damaged: DamagedSessions = attrs.field(init=False, factory=DamagedSessions)
     _held: dict[str, Handle] = attrs.field(init=False, factory=dict[str, Handle])
     _pending: dict[str, Pending] = attrs.field(init=False, factory=dict[str, Pending])
     _mu: threading.Lock = attrs.field(init=False, factory=threading.Lock)
@@ -109,7 +112,7 @@ class Operations:
         """See `JsonlPersistence.claim`."""
         held = self._held.get(session_id)
         if held is not None:
-            if held.failure is None and held.pid == os.getpid():
+            if self._writable(session_id, held) and held.pid == os.getpid():
                 return  # claiming twice is harmless
             self._drop(session_id)
         if session_id in self._pending:
@@ -150,6 +153,10 @@ class Operations:
             unlock(self.store, pending.lock_fd, pending.stem, remove=True)
         if handle is None:
             return
+        if session_id in self.damaged:
+            self.damaged.forget(session_id)
+            close(self.ops, handle)  # nothing in a damaged log is ours to touch
+            return
         clean = handle.failure is None
         release(self.store, handle, max_line=self.max_line)
         if clean and handle.state.released:
@@ -161,8 +168,13 @@ class Operations:
     def _drop(self, session_id: str) -> None:
         with self._mu:
             handle = self._held.pop(session_id, None)
+        self.damaged.forget(session_id)
         if handle is not None:
             close(self.ops, handle)
+
+    def _writable(self, session_id: str, handle: Handle) -> bool:
+        """Whether the held `handle` may still write (not failed, not damaged)."""
+        return handle.failure is None and session_id not in self.damaged
 
     # -- writing ---------------------------------------------------------------
 
@@ -173,14 +185,21 @@ class Operations:
         if pending is None and handle is None:
             handle = self._claim(session_id, steal=False)
         if handle is not None:
+            self.damaged.check(session_id)
             _refuse_if_failed(handle)
             # Size only: the identity of the file is checked after the write,
             # which is what keeps a takeover from being acknowledged over.
-            settle(self.store, handle, max_line=self.max_line, identity=False)
+            with self.damaged.watch(session_id):
+                settle(self.store, handle, max_line=self.max_line, identity=False)
         expected = handle.state.seq if handle is not None else 0
         try:
-            if records:
-                self._check_batch(session_id, records, expected)
+            check_batch(
+                session_id,
+                records,
+                next_seq=expected,
+                max_event_bytes=self.max_event_bytes,
+            )
+            _check_storable(session_id, records)
         except BaseException:
             if handle is not None:
                 check_identity(self.ops, handle)  # a fenced owner hears so first
@@ -203,46 +222,6 @@ class Operations:
             self._held[session_id] = handle
         finish_creation(self.store, handle)
 
-    def _check_batch(
-        self, session_id: str, records: Sequence[EventRecord], expected: int
-    ) -> None:
-        # The common case in a few C-level passes; the loop below only runs
-        # to name what is wrong.
-        raws = list(map(_raw, records))
-        if (
-            all(map(eq, map(_seq, records), count(expected)))
-            and max(map(len, raws)) <= self.max_event_bytes
-            and all_storable(raws)
-        ):
-            return
-        limit = self.max_event_bytes
-        for index, record in enumerate(records):
-            if record.seq != expected + index:
-                raise SequenceError(
-                    f"session {session_id!r}: append starts at seq "
-                    f"{records[0].seq} but the stored log continues at {expected}"
-                    if index == 0
-                    else f"session {session_id!r}: batch is not contiguous at "
-                    f"seq {record.seq}",
-                    session_id=session_id,
-                    expected=expected + index,
-                    got=record.seq,
-                )
-            raw = record.raw
-            if len(raw) > limit:
-                raise EventTooLargeError(
-                    f"event {record.type!r} (seq {record.seq}) is {len(raw)} "
-                    f"bytes, over this store's limit of {limit}",
-                    event_type=record.type,
-                )
-            reason = bad_event_reason(raw)
-            if reason is not None:
-                raise EventRejectedError(
-                    f"event {record.type!r} (seq {record.seq}) cannot be stored: "
-                    f"{reason}",
-                    event_type=record.type,
-                )
-
     def update(self, session_id: str, summary: SessionSummary) -> None:
         """See `JsonlPersistence.update`."""
         pending = self._pending.get(session_id)
@@ -256,12 +235,13 @@ class Operations:
             )
             return
         handle = self._held.get(session_id)
-        if handle is not None and handle.failure is None:
+        if handle is not None and self._writable(session_id, handle):
             try:
-                settle(self.store, handle, max_line=self.max_line)
+                with self.damaged.watch(session_id):
+                    settle(self.store, handle, max_line=self.max_line)
             except SessionFencedError:
                 handle = None  # not ours any more: update like any reader would
-        if handle is None or handle.failure is not None:
+        if handle is None or not self._writable(session_id, handle):
             self.reads.update_unowned(session_id, summary)
             return
         current = handle.current_summary()
@@ -289,7 +269,7 @@ class Operations:
             if handle is not None and handle.failure is None:
                 # Appending now would bury the damage under fresh flushes (or
                 # write into a format this code cannot read).
-                handle.failure = exc
+                self.damaged.record(session_id, exc)
             raise
 
     def has(self, session_id: str) -> bool:
@@ -299,7 +279,7 @@ class Operations:
     def ordered(self) -> list[Run]:
         """The listed sessions as sorted runs (see `listing.page`)."""
         with self._mu:
-            held = {i: h for i, h in self._held.items() if h.failure is None}
+            held = {i: h for i, h in self._held.items() if self._writable(i, h)}
         static, moving = self.reads.catalog_runs(held)
         return [static, run_of(moving)]
 
@@ -328,6 +308,7 @@ class Operations:
             self.ops.close(item.lock_fd)
         self._held.clear()
         self._pending.clear()
+        self.damaged = DamagedSessions()
         self._mu = threading.Lock()
         self.store.close()
 
@@ -351,6 +332,21 @@ class Operations:
         )
 
 
+def _check_storable(session_id: str, records: Sequence[EventRecord]) -> None:
+    """Refuse events whose bytes cannot be one line of the log (see `format`)."""
+    raws = list(map(_raw, records))
+    if all_storable(raws):  # the common case, in a few C-level passes
+        return
+    for record in records:
+        reason = bad_event_reason(record.raw)
+        if reason is not None:
+            raise EventRejectedError(
+                f"session {session_id!r}: event {record.type!r} (seq {record.seq}) "
+                f"cannot be stored: {reason}; nothing was written",
+                event_type=record.type,
+            )
+
+
 def _refuse_if_failed(handle: Handle) -> None:
     """Raise (a fresh copy of) the error that stopped this handle, if any."""
     failure = handle.failure
@@ -359,14 +355,8 @@ def _refuse_if_failed(handle: Handle) -> None:
             raise SessionFencedError("this handle belongs to the parent process")
         return
     error: TurnkeepError
-    if isinstance(failure, SessionCorruptError):
-        error = SessionCorruptError(
-            str(failure), session_id=failure.session_id, offset=failure.offset
-        )
-    elif isinstance(failure, SessionFencedError):
+    if isinstance(failure, SessionFencedError):
         error = SessionFencedError(str(failure))
-    elif isinstance(failure, UnsupportedFormatError):
-        error = UnsupportedFormatError(str(failure))
     else:
         error = StorageError(str(failure))
     raise error from failure

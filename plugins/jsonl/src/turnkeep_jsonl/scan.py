@@ -23,8 +23,12 @@ from typing import Final
 
 import attrs
 
-from turnkeep.codec import TURN_END_PREFIX, TYPE_PREFIX
-from turnkeep.errors import SessionCorruptError, UnsupportedFormatError
+from turnkeep.backendkit import (
+    count_stored_turn_ends,
+    count_turn_ends_in_lines,
+    newer_format,
+)
+from turnkeep.errors import SessionCorruptError
 from turnkeep.meta import FORMAT_VERSION
 
 from .format import (
@@ -39,7 +43,6 @@ from .format import (
     Owner,
     Release,
     all_sealed,
-    count_turn_ends,
     decode_control,
     decode_controls,
     decode_header,
@@ -180,10 +183,7 @@ def check_header(line: bytes, session_id: str) -> Header:
     if probe is None or probe[0] != "header":
         raise _corrupt(session_id, 0, "the header line is unreadable")
     if probe[1] > FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"session {session_id!r} is stored in format version {probe[1]}; "
-            f"this turnkeep-jsonl reads up to {FORMAT_VERSION}: upgrade it"
-        )
+        raise newer_format(session_id, probe[1], reader="turnkeep-jsonl")
     header = decode_header(line)
     if header is None or header.format != FORMAT_NAME:
         raise _corrupt(session_id, 0, "the header line is damaged")
@@ -293,22 +293,17 @@ def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int
     return accepted, failed
 
 
-_LINE_TYPE: Final = b"\n" + TYPE_PREFIX
-_LINE_TURN_END: Final = b"\n" + TURN_END_PREFIX
-
-
 def _turn_ends(buf: bytes, end: int, lines: list[bytes], stop: int, events: int) -> int:
-    """How many `turn/end` events the whole units in `buf[:end]` hold.
+    """How many turn ends the whole units in `buf[:end]` hold.
 
     `lines[:stop]` are those units' lines and `events` the number of event
-    lines among them. When every event line starts with its type, as core writes
-    them, two C-level counts over the buffer decide; otherwise each event
-    line is looked at.
+    lines among them. The kit counts over the buffer when every event line
+    starts as core writes events; otherwise each event line is looked at.
     """
-    typed = buf.count(_LINE_TYPE, 0, end) + buf.startswith(TYPE_PREFIX)
-    if typed == events:
-        return buf.count(_LINE_TURN_END, 0, end) + buf.startswith(TURN_END_PREFIX)
-    return count_turn_ends([x for x in lines[:stop] if not x.startswith(MARK)])
+    turns = count_turn_ends_in_lines(buf, end, events)
+    if turns is not None:
+        return turns
+    return count_stored_turn_ends([x for x in lines[:stop] if not x.startswith(MARK)])
 
 
 def _lines(
@@ -366,7 +361,9 @@ def _slow(
             if control is None:
                 bad = offset
                 break
-            if not state.accept(control, len(pending), region, count_turn_ends(raws)):
+            if not state.accept(
+                control, len(pending), region, count_stored_turn_ends(raws)
+            ):
                 # Every line checked out on its own, yet they do not add up
                 # to this commit: the unit as a whole is the bad record.
                 bad = unit_start if pending else offset

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from turnkeep.codec import EventRecord, count_turn_ends
+from turnkeep.backendkit import count_turn_ends
+from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     SessionCorruptError,
     SessionExistsError,

@@ -27,10 +27,10 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from turnkeep.backendkit import DamagedSessions
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     PersistenceError,
-    SessionCorruptError,
     StorageError,
     TurnkeepError,
 )
@@ -83,7 +83,7 @@ class PostgresPersistence:
     _pid: int = attrs.field(init=False, factory=os.getpid)
     _opened: _Opened | None = attrs.field(init=False, default=None)
     _opening: asyncio.Lock | None = attrs.field(init=False, default=None)
-    _damaged: set[str] = attrs.field(init=False, factory=set[str])
+    _damaged: DamagedSessions = attrs.field(init=False, factory=DamagedSessions)
     _closed: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
@@ -139,26 +139,18 @@ class PostgresPersistence:
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
         """Durably append one flush (owner, generation, seq checked as it lands)."""
         session_id = validate_session_id(session_id)
-        if session_id in self._damaged:
-            raise SessionCorruptError(
-                f"session {session_id!r} was found damaged by load; appending to it "
-                "would bury the damage. Restore the database from a backup.",
-                session_id=session_id,
-            )
+        self._damaged.check(session_id)
         await self._write(writes.append(self._state, session_id, list(events)))
 
     async def load(self, session_id: str) -> LoadedSession:
         """Return the stored metadata and every durable event's exact bytes."""
         session_id = validate_session_id(session_id)
         limit = self.config.max_event_bytes
-        try:
+        with self._damaged.watch(session_id):  # later appends are refused too
             return await self._read(
                 f"loading {session_id!r}",
                 lambda conn, q: reads.load(conn, q, session_id, limit),
             )
-        except SessionCorruptError:
-            self._damaged.add(session_id)  # later appends are refused too
-            raise
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""
@@ -181,7 +173,7 @@ class PostgresPersistence:
         """Remove a stored session and all its events."""
         session_id = validate_session_id(session_id)
         await self._write(writes.delete(self._state, session_id))
-        self._damaged.discard(session_id)
+        self._damaged.forget(session_id)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (the backend keeps `event_count`)."""

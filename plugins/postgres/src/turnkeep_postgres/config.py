@@ -14,6 +14,7 @@ from typing import Final
 
 import attrs
 
+from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = ["DEFAULT_SCHEMA", "MAX_IDENTIFIER_BYTES", "PostgresConfig"]
@@ -23,11 +24,6 @@ DEFAULT_SCHEMA: Final = "turnkeep"
 
 MAX_IDENTIFIER_BYTES: Final = 63
 """PostgreSQL truncates longer identifiers, so two long names could collide."""
-
-
-def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value}")
 
 
 def _schema_name(_inst: object, _attribute: attrs.Attribute[str], value: str) -> None:
@@ -77,18 +73,18 @@ class PostgresConfig:
 
     dsn: str = ""
     schema: str = attrs.field(default=DEFAULT_SCHEMA, validator=_schema_name)
-    pool_min_size: int = attrs.field(default=1, validator=_positive)
-    pool_max_size: int = attrs.field(default=4, validator=_positive)
-    connect_timeout_ms: int = attrs.field(default=10_000, validator=_positive)
-    statement_timeout_ms: int = attrs.field(default=30_000, validator=_positive)
-    lock_timeout_ms: int = attrs.field(default=10_000, validator=_positive)
+    pool_min_size: int = attrs.field(default=1, validator=positive)
+    pool_max_size: int = attrs.field(default=4, validator=positive)
+    connect_timeout_ms: int = attrs.field(default=10_000, validator=positive)
+    statement_timeout_ms: int = attrs.field(default=30_000, validator=positive)
+    lock_timeout_ms: int = attrs.field(default=10_000, validator=positive)
     idle_in_transaction_timeout_ms: int = attrs.field(
-        default=30_000, validator=_positive
+        default=30_000, validator=positive
     )
-    lease_ms: int = attrs.field(default=30_000, validator=_positive)
-    max_group_flushes: int = attrs.field(default=256, validator=_positive)
+    lease_ms: int = attrs.field(default=30_000, validator=positive)
+    max_group_flushes: int = attrs.field(default=256, validator=positive)
     max_event_bytes: int = attrs.field(
-        default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
+        default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )
     allow_non_durable: bool = False
     application_name: str = "turnkeep"

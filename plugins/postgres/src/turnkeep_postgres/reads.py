@@ -7,6 +7,10 @@ exactly `0 .. next_seq-1`: a missing or oversized row is damage inside
 acknowledged data (`SessionCorruptError`), never a shorter history. `list`
 pages newest first by `(-updated_at, id)` from the partial index
 `sessions_by_update`, with an opaque cursor holding the last key seen.
+
+The numbers come from the session row; events past `counted_seq` that have
+no `turn_end` flag (appended by a worker of schema 1 still running) are
+classified from their bytes by `turnkeep_postgres.turnends`.
 """
 
 from __future__ import annotations
@@ -18,14 +22,15 @@ from typing import Any, Final
 import msgspec
 from psycopg import AsyncConnection
 
+from turnkeep.backendkit import newer_format
 from turnkeep.errors import (
     InvalidCursorError,
     SessionCorruptError,
     SessionNotFoundError,
-    UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionHeader, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep_postgres import turnends
 from turnkeep_postgres.statements import Queries
 
 __all__ = ["decode_cursor", "encode_cursor", "has", "list_page", "load"]
@@ -60,11 +65,36 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     return updated_at, session_id
 
 
+async def _metas(
+    conn: AsyncConnection[Any], queries: Queries, rows: list[tuple[Any, ...]]
+) -> list[SessionMeta]:
+    """The `SessionMeta`s of `_META` rows, with unflagged turn ends counted."""
+    metas = [_meta(row) for row in rows]
+    # (id, counted_seq, next_seq) of the sessions with unflagged events.
+    spans = [(str(r[0]), int(r[8]), int(r[5])) for r in rows if r[9]]
+    if not spans:
+        return metas
+    more: dict[str, int] = {}
+    for session_id, _, turn_end in await turnends.unrecorded(conn, queries, spans):
+        more[session_id] = more.get(session_id, 0) + turn_end
+    return [
+        msgspec.structs.replace(
+            m,
+            summary=msgspec.structs.replace(
+                m.summary, turns=m.summary.turns + more.get(m.id, 0)
+            ),
+        )
+        if m.id in more
+        else m
+        for m in metas
+    ]
+
+
 def _meta(row: tuple[Any, ...]) -> SessionMeta:
     """A `SessionMeta` from a `_META` row (id, format, header, summary, ...)."""
     (
         session_id, format_version, header_text, summary_text, updated_at, count,
-        turns, size,
+        turns, size, _counted, _unrecorded,
     ) = row  # fmt: skip
     try:
         header = _header_decoder.decode(header_text)
@@ -107,13 +137,9 @@ async def load(
     row = await cur.fetchone()
     if row is None:
         raise SessionNotFoundError(f"no stored session {session_id!r}")
-    meta = _meta(row)
+    (meta,) = await _metas(conn, queries, [row])
     if meta.header.format_version > FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"session {session_id!r} has format version "
-            f"{meta.header.format_version}; this turnkeep reads up to "
-            f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
-        )
+        raise newer_format(session_id, meta.header.format_version)
     count = meta.summary.event_count
     # Binary results: bytea arrives as the bytes themselves, not hex text.
     async with conn.cursor(binary=True) as events_cur:
@@ -158,7 +184,7 @@ async def list_page(
             {"updated_at": updated_at, "id": session_id, "limit": limit + 1},
         )
     rows = await cur.fetchall()
-    items = [_meta(row) for row in rows[:limit]]
+    items = await _metas(conn, queries, rows[:limit])
     more = len(rows) > limit
     last = items[-1] if items else None
     next_cursor = (

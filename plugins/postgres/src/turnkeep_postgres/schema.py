@@ -11,45 +11,58 @@ Layout (schema name from configuration, always quoted):
   operators), `lease_until` (server clock). A row with `next_seq = 0` is a
   claim placed by `create`, invisible to reads until its first flush.
 - `events`: `PRIMARY KEY (session_id, seq)`, `raw bytea` holding core's bytes
-  verbatim (docs/adr/0008-postgres-bytea-and-leases.md says why not `jsonb`).
+  verbatim (docs/adr/0008-postgres-bytea-and-leases.md says why not `jsonb`),
+  and `turn_end` (migration 3): whether the event ends a turn, as core said
+  when it was appended; `NULL` for rows no worker of schema 3 flagged yet.
 - `schema_migrations`: one row per applied migration.
 
 `migrate` brings a schema to `SCHEMA_VERSION` under a transaction-scoped
 advisory lock, so workers starting together migrate exactly once. It runs in
 the caller's transaction when there is one (as a savepoint) and in its own
-otherwise; every statement is plain transactional DDL (no `CREATE INDEX
-CONCURRENTLY`, which cannot run inside a transaction). A schema newer than
-the code is refused before anything is written.
+otherwise; every step is plain transactional SQL (no `CREATE INDEX
+CONCURRENTLY`, which cannot run inside a transaction), some of it sent by a
+Python step that reads rows first (migration 3's backfill). A schema newer
+than the code is refused before anything is written.
+
+Workers of an older schema version that are still running keep working
+after a migration (they never read the version again): a worker of schema 1
+moves `next_seq` alone, and one of schema 2 inserts events without
+`turn_end`. Either way the numbers stay exact as of `counted_seq`, and what
+lies past it is counted by reads and caught up by the next append of this
+code (see `turnkeep_postgres.statements` and `turnkeep_postgres.turnends`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeAlias
 
 import attrs
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
-from turnkeep.codec import TURN_END_PREFIX
+from turnkeep.backendkit import newer_schema
 from turnkeep.errors import ConfigurationError, UnsupportedFormatError
+from turnkeep_postgres import turnends
+from turnkeep_postgres.statements import Queries
 
 __all__ = [
     "LOCK_NAMESPACE",
     "SCHEMA_VERSION",
     "Migration",
     "ServerSettings",
+    "Step",
     "check_server",
     "configure_connection",
     "migrate",
     "migrations",
     "read_version",
-    "turn_end_test",
 ]
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema version this code writes and the newest it reads."""
 
 LOCK_NAMESPACE: Final = 0x746B
@@ -60,13 +73,17 @@ LOCK_NAMESPACE: Final = 0x746B
 _DURABLE_COMMIT: Final = frozenset({"on", "local", "remote_write", "remote_apply"})
 
 
+Step: TypeAlias = sql.Composed | Callable[[AsyncConnection[Any]], Awaitable[None]]
+"""A statement, or a Python step that runs its own on the connection."""
+
+
 @attrs.frozen
 class Migration:
-    """One schema version: the statements that create it from the previous one."""
+    """One schema version: the steps that create it from the previous one."""
 
     version: int
     description: str
-    statements: tuple[sql.Composed, ...]
+    steps: tuple[Step, ...]
 
 
 def _migration_1(schema: sql.Identifier) -> Migration:
@@ -113,26 +130,17 @@ def _migration_1(schema: sql.Identifier) -> Migration:
     )
 
 
-def turn_end_test(raw: sql.Composable) -> sql.Composed:
-    """SQL that is true when the event bytes `raw` are a `turn/end` event.
-
-    By the prefix core writes (`{"type":"turn/end"`), so no JSON is parsed.
-    """
-    return sql.SQL("substring({} FROM 1 FOR {}) = {}").format(
-        raw, sql.Literal(len(TURN_END_PREFIX)), sql.Literal(TURN_END_PREFIX)
-    )
-
-
 def _migration_2(schema: sql.Identifier) -> Migration:
-    """`turns` and `size` beside `next_seq`, filled from the stored events.
+    """`turns` and `size` beside `next_seq`, counted as of `counted_seq`.
 
     `counted_seq` is the `next_seq` as of which `turns` and `size` are exact:
     this code moves all three together, while a worker of version 1 still
-    running moves `next_seq` alone. Reads then recount from the events, and
-    the next append of this code recounts and catches up.
+    running moves `next_seq` alone. The columns start at zero, counted as of
+    seq 0; migration 3 counts the stored events (as released, this step
+    counted them itself, matching the bytes; either way the two leave the
+    same numbers).
     """
     sessions = sql.SQL("{}.sessions").format(schema)
-    events = sql.SQL("{}.events").format(schema)
     return Migration(
         2,
         "turns and size",
@@ -145,17 +153,45 @@ def _migration_2(schema: sql.Identifier) -> Migration:
                 " CHECK (size >= 0),"
                 " ADD COLUMN IF NOT EXISTS counted_seq bigint NOT NULL DEFAULT 0"
             ).format(sessions=sessions),
-            # Idempotent: recomputes the same values from the same events.
+        ),
+    )
+
+
+def _migration_3(schema: str) -> Migration:
+    """`events.turn_end`, flagged for the stored events; the numbers recounted.
+
+    Adding a column without a default changes no row. The backfill then flags
+    every event by its stored bytes (core's kit decides), and sessions whose
+    numbers were not counted up to `next_seq` are counted from the flags: as
+    far as the flagged events reach, which is every event but those a worker
+    of an older schema appends while this runs (they come last, and stay
+    past `counted_seq`). Each step is idempotent.
+    """
+    ident = sql.Identifier(schema)
+    sessions = sql.SQL("{}.sessions").format(ident)
+    events = sql.SQL("{}.events").format(ident)
+
+    async def backfill(conn: AsyncConnection[Any]) -> None:
+        flagged = await turnends.backfill(conn, await Queries.render(conn, schema))
+        log.info("turnkeep schema %r: %d stored events flagged", schema, flagged)
+
+    return Migration(
+        3,
+        "turn ends stored per event",
+        (
+            sql.SQL(
+                "ALTER TABLE {events} ADD COLUMN IF NOT EXISTS turn_end boolean"
+            ).format(events=events),
+            backfill,
+            # `counted_seq` becomes the number of flagged events counted: a
+            # prefix of the log, however the rows of a concurrent append fall.
             sql.SQL(
                 "UPDATE {sessions} AS s SET (turns, size, counted_seq) = ("
-                "SELECT count(*) FILTER (WHERE {turn_end}),"
-                " COALESCE(sum(octet_length(e.raw)), 0), s.next_seq"
-                " FROM {events} AS e WHERE e.session_id = s.id AND e.seq < s.next_seq)"
-            ).format(
-                sessions=sessions,
-                events=events,
-                turn_end=turn_end_test(sql.SQL("e.raw")),
-            ),
+                "SELECT count(*) FILTER (WHERE e.turn_end),"
+                " COALESCE(sum(octet_length(e.raw)), 0), count(*)"
+                " FROM {events} AS e WHERE e.session_id = s.id AND e.seq < s.next_seq"
+                " AND e.turn_end IS NOT NULL) WHERE s.counted_seq <> s.next_seq"
+            ).format(sessions=sessions, events=events),
         ),
     )
 
@@ -163,7 +199,7 @@ def _migration_2(schema: sql.Identifier) -> Migration:
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
-    return (_migration_1(ident), _migration_2(ident))
+    return (_migration_1(ident), _migration_2(ident), _migration_3(schema))
 
 
 async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:
@@ -186,10 +222,11 @@ async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:
 
 
 def _refuse_newer(schema: str, version: int) -> UnsupportedFormatError:
-    return UnsupportedFormatError(
-        f"the turnkeep schema {schema!r} is at version {version}, newer than this "
-        f"turnkeep-postgres understands ({SCHEMA_VERSION}); upgrade "
-        "turnkeep-postgres on this worker (nothing was changed)"
+    return newer_schema(
+        f"the turnkeep schema {schema!r} in PostgreSQL",
+        version,
+        supported=SCHEMA_VERSION,
+        reader="turnkeep-postgres",
     )
 
 
@@ -248,8 +285,11 @@ async def _migrate(conn: AsyncConnection[Any], schema: str) -> int | None:
         for migration in migrations(schema):
             if migration.version <= current:
                 continue
-            for statement in migration.statements:
-                await conn.execute(statement)
+            for step in migration.steps:
+                if isinstance(step, sql.Composed):
+                    await conn.execute(step)
+                else:
+                    await step(conn)
             await conn.execute(
                 sql.SQL(
                     "INSERT INTO {}.schema_migrations (version, description) "

@@ -6,10 +6,13 @@ with bind parameters only. Rendering once keeps the hot path free of
 composition work, and identical bytes let psycopg prepare each statement on
 a connection after a few uses.
 
-An append moves `next_seq`, `turns`, `size` and `counted_seq` together; reads
-return `turns` and `size` as stored while `counted_seq = next_seq`, and
-count them from the events otherwise (only after a worker of schema 1
-appended; the next append here stores the count again).
+An append moves `next_seq`, `turns`, `size` and `counted_seq` together, and
+stores each event's `turn_end` flag; it lands only while `counted_seq =
+next_seq`. The numbers are exact as of `counted_seq`: past it (only after a
+worker of schema 1 appended) reads add the events from `counted_seq` on,
+counting turn ends by the flag and handing back how many rows have none
+(`turnkeep_postgres.turnends` classifies those), and the next append here
+catches the stored numbers up first (`writes`).
 
 The ownership rules live in the `WHERE` clauses here: a flush lands only if
 the row still names this instance as owner at the generation it took and the
@@ -25,27 +28,31 @@ from typing import Any, Final, LiteralString
 import attrs
 from psycopg import AsyncConnection, sql
 
-from turnkeep_postgres.schema import turn_end_test
-
 __all__ = ["Queries"]
 
-_ROW: Final = "next_seq, generation, owner, format_version"
+_ROW: Final = "next_seq, generation, owner, format_version, counted_seq"
 _META: Final = (
     "s.id, s.format_version, s.header::text, s.summary::text, s.updated_at,"
-    " s.next_seq, {turns_now}, {size_now}"
+    " s.next_seq, {turns_now}, {size_now}, s.counted_seq, {unrecorded_now}"
 )
-# The log's numbers beside `next_seq`, exact while `counted_seq` is
-# `next_seq`; otherwise (a schema-1 worker appended since) counted again from
-# the events. Used with the sessions table aliased `s`.
+# The log's numbers beside `next_seq`, exact as of `counted_seq`; past it (a
+# schema-1 worker appended since) the events from `counted_seq` on are added,
+# turn ends by their flag. `unrecorded_now` is how many of those have no flag
+# (the caller classifies them). Used with the sessions table aliased `s`.
 _TURNS_NOW: Final = (
-    "CASE WHEN s.counted_seq = s.next_seq THEN s.turns ELSE {recount_turns} END"
+    "CASE WHEN s.counted_seq = s.next_seq THEN s.turns"
+    " ELSE s.turns + {uncounted_turns} END"
 )
 _SIZE_NOW: Final = (
-    "CASE WHEN s.counted_seq = s.next_seq THEN s.size ELSE {recount_size} END"
+    "CASE WHEN s.counted_seq = s.next_seq THEN s.size"
+    " ELSE s.size + {uncounted_size} END"
 )
-_RECOUNT: Final = (
+_UNRECORDED_NOW: Final = (
+    "CASE WHEN s.counted_seq = s.next_seq THEN 0 ELSE {uncounted_unrecorded} END"
+)
+_UNCOUNTED: Final = (
     "(SELECT {what} FROM {events} AS e"
-    " WHERE e.session_id = s.id AND e.seq < s.next_seq)"
+    " WHERE e.session_id = s.id AND e.seq >= s.counted_seq AND e.seq < s.next_seq)"
 )
 _LEASE: Final = "now() + make_interval(secs => %(lease)s)"
 # A claim that is free to take: no owner, ours, or its lease ran out.
@@ -59,6 +66,11 @@ class Queries:
     select_row: bytes
     append: bytes
     append_many: bytes
+    catch_up: bytes
+    unrecorded_heads: bytes
+    unrecorded_page: bytes
+    raws_at: bytes
+    record_turn_ends: bytes
     create: bytes
     claim: bytes
     release: bytes
@@ -79,19 +91,19 @@ class Queries:
         """Compose every statement for `schema` and render it with `conn`."""
         ident = sql.Identifier(schema)
         events = sql.SQL("{}.events").format(ident)
-        turn_end = turn_end_test(sql.SQL("e.raw"))
+        uncounted: dict[str, LiteralString] = {
+            "uncounted_turns": "count(*) FILTER (WHERE e.turn_end)",
+            "uncounted_size": "COALESCE(sum(octet_length(e.raw)), 0)",
+            "uncounted_unrecorded": "count(*) FILTER (WHERE e.turn_end IS NULL)",
+        }
         numbers: dict[str, sql.Composable] = {
-            "recount_turns": sql.SQL(_RECOUNT).format(
-                what=sql.SQL("count(*) FILTER (WHERE {})").format(turn_end),
-                events=events,
-            ),
-            "recount_size": sql.SQL(_RECOUNT).format(
-                what=sql.SQL("COALESCE(sum(octet_length(e.raw)), 0)"), events=events
-            ),
+            name: sql.SQL(_UNCOUNTED).format(what=sql.SQL(what), events=events)
+            for name, what in uncounted.items()
         }
         now = {
             "turns_now": sql.SQL(_TURNS_NOW).format(**numbers),
             "size_now": sql.SQL(_SIZE_NOW).format(**numbers),
+            "unrecorded_now": sql.SQL(_UNRECORDED_NOW).format(**numbers),
         }
         names: dict[str, sql.Composable] = {
             "sessions": sql.SQL("{}.sessions").format(ident),
@@ -115,20 +127,24 @@ def _texts() -> dict[str, LiteralString]:
     # the fixed fragments above; every value is a bind parameter `%(name)s`.
     return {
         "select_row": "SELECT {row} FROM {sessions} WHERE id = %(id)s",
+        # Lands only while the stored numbers are counted up to `next_seq`
+        # (else `catch_up` runs first).
         "append": (
             "WITH landed AS ("
             " UPDATE {sessions} AS s SET next_seq = s.next_seq + %(count)s,"
-            " turns = {turns_now} + %(turns)s, size = {size_now} + %(size)s,"
+            " turns = s.turns + %(turns)s, size = s.size + %(size)s,"
             " counted_seq = s.next_seq + %(count)s,"
             " updated_at = GREATEST(s.updated_at, %(time)s),"
             " lease_until = {lease}"
             " WHERE s.id = %(id)s AND s.owner = %(owner)s"
             " AND s.generation = %(generation)s"
-            " AND s.next_seq = %(first)s AND s.format_version <= %(format)s"
+            " AND s.next_seq = %(first)s AND s.counted_seq = s.next_seq"
+            " AND s.format_version <= %(format)s"
             " RETURNING s.id)"
-            " INSERT INTO {events} (session_id, seq, raw)"
-            " SELECT landed.id, %(first)s + e.n - 1, e.raw"
-            " FROM landed, unnest(%(raws)b::bytea[]) WITH ORDINALITY AS e(raw, n)"
+            " INSERT INTO {events} (session_id, seq, raw, turn_end)"
+            " SELECT landed.id, %(first)s + e.n - 1, e.raw, e.turn_end"
+            " FROM landed, unnest(%(raws)b::bytea[], %(ends)s::boolean[])"
+            " WITH ORDINALITY AS e(raw, turn_end, n)"
         ),
         # Many sessions' flushes in one statement (one round trip for a
         # group): the same compare-and-set per row; `landed` names the
@@ -139,17 +155,60 @@ def _texts() -> dict[str, LiteralString]:
             " %(times)s::bigint[], %(turns)s::bigint[], %(sizes)s::bigint[])"
             " AS i(id, generation, first, count, time, turns, size)),"
             " landed AS (UPDATE {sessions} s SET next_seq = s.next_seq + i.count,"
-            " turns = {turns_now} + i.turns, size = {size_now} + i.size,"
+            " turns = s.turns + i.turns, size = s.size + i.size,"
             " counted_seq = s.next_seq + i.count,"
             " updated_at = GREATEST(s.updated_at, i.time), lease_until = {lease}"
             " FROM input i WHERE s.id = i.id AND s.owner = %(owner)s"
             " AND s.generation = i.generation AND s.next_seq = i.first"
+            " AND s.counted_seq = s.next_seq"
             " AND s.format_version <= %(format)s RETURNING s.id),"
-            " inserted AS (INSERT INTO {events} (session_id, seq, raw)"
-            " SELECT e.session_id, e.seq, e.raw FROM unnest(%(sids)s::text[],"
-            " %(seqs)s::bigint[], %(raws)b::bytea[]) AS e(session_id, seq, raw)"
+            " inserted AS (INSERT INTO {events} (session_id, seq, raw, turn_end)"
+            " SELECT e.session_id, e.seq, e.raw, e.turn_end"
+            " FROM unnest(%(sids)s::text[], %(seqs)s::bigint[], %(raws)b::bytea[],"
+            " %(ends)s::boolean[])"
+            " AS e(session_id, seq, raw, turn_end)"
             " WHERE e.session_id IN (SELECT id FROM landed) RETURNING 1)"
             " SELECT id FROM landed"
+        ),
+        # Counts the events past `counted_seq` into the stored numbers, once
+        # every one of them has its flag; the owner's compare-and-set, as for
+        # an append.
+        "catch_up": (
+            "UPDATE {sessions} AS s SET turns = s.turns + g.turns,"
+            " size = s.size + g.size, counted_seq = s.next_seq"
+            " FROM (SELECT count(*) FILTER (WHERE e.turn_end) AS turns,"
+            " COALESCE(sum(octet_length(e.raw)), 0) AS size,"
+            " count(*) FILTER (WHERE e.turn_end IS NULL) AS unrecorded"
+            " FROM {events} AS e WHERE e.session_id = %(id)s"
+            " AND e.seq >= %(counted)s AND e.seq < %(next)s) AS g"
+            " WHERE s.id = %(id)s AND s.owner = %(owner)s"
+            " AND s.generation = %(generation)s AND s.counted_seq = %(counted)s"
+            " AND s.next_seq = %(next)s AND g.unrecorded = 0"
+        ),
+        # The first bytes of the unflagged events in some `[lo, hi)` seq spans.
+        "unrecorded_heads": (
+            "SELECT e.session_id, e.seq, substring(e.raw FROM 1 FOR %(head)s)"
+            " FROM unnest(%(ids)s::text[], %(los)s::bigint[], %(his)s::bigint[])"
+            " AS g(id, lo, hi) JOIN {events} AS e ON e.session_id = g.id"
+            " AND e.seq >= g.lo AND e.seq < g.hi WHERE e.turn_end IS NULL"
+        ),
+        # The same over the whole table, a page at a time in key order.
+        "unrecorded_page": (
+            "SELECT session_id, seq, substring(raw FROM 1 FOR %(head)s)"
+            " FROM {events} WHERE turn_end IS NULL"
+            " AND (session_id, seq) > (%(after_id)s, %(after_seq)s)"
+            " ORDER BY session_id, seq LIMIT %(limit)s"
+        ),
+        "raws_at": (
+            "SELECT e.session_id, e.seq, e.raw"
+            " FROM unnest(%(ids)s::text[], %(seqs)s::bigint[]) AS k(id, seq)"
+            " JOIN {events} AS e ON e.session_id = k.id AND e.seq = k.seq"
+        ),
+        "record_turn_ends": (
+            "UPDATE {events} AS e SET turn_end = k.flag"
+            " FROM unnest(%(ids)s::text[], %(seqs)s::bigint[], %(flags)s::boolean[])"
+            " AS k(id, seq, flag)"
+            " WHERE e.session_id = k.id AND e.seq = k.seq AND e.turn_end IS NULL"
         ),
         "create": (
             "INSERT INTO {sessions} AS s (id, format_version, header, summary,"

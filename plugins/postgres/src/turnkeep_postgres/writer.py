@@ -28,7 +28,7 @@ is a compare-and-set on the stored next seq (a retry either lands or reports,
 through `SequenceError`, how much had landed).
 
 Operations may change the instance's in-memory ownership state as they run;
-they register an undo for each change (`Tx.on_rollback`), which runs if their
+they register an undo for each change (`Tx.undo`), which runs if their
 writes are rolled back, so memory never claims what the database does not.
 """
 
@@ -47,6 +47,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from turnkeep.backendkit import Undo
 from turnkeep.errors import PersistenceError, StorageError, TurnkeepError
 from turnkeep.meta import FORMAT_VERSION
 from turnkeep_postgres.sqlerrors import connection_lost, storage_error
@@ -64,16 +65,8 @@ class Tx:
 
     conn: AsyncConnection[Any]
     queries: Queries
-    _undo: list[Callable[[], None]] = attrs.field(factory=list[Callable[[], None]])
-
-    def on_rollback(self, undo: Callable[[], None]) -> None:
-        """Run `undo` if this operation's writes are rolled back."""
-        self._undo.append(undo)
-
-    def rollback_memory(self) -> None:
-        """Undo this operation's in-memory changes, newest first."""
-        while self._undo:
-            self._undo.pop()()
+    undo: Undo = attrs.Factory(Undo)
+    """The operation's in-memory changes, taken back if its writes are."""
 
 
 @attrs.frozen
@@ -86,11 +79,14 @@ class Batched:
         first: the batch's first seq (the stored next seq it expects).
         time: the last record's time (the new `updated_at` at least).
         raws: the records' bytes, in seq order.
-        turns: how many of the records are `turn/end` events.
+        ends: which of the records end a turn (their `turn_end` flags).
+        turns: how many of the records end a turn.
         owner: this instance's owner token.
         lease_s: the lease to set, in seconds.
-        landed: applies the in-memory effects once its rows matched.
-        missed: raises why its rows did not match.
+        landed: applies the in-memory effects once it landed.
+        missed: when its rows did not match, raises why, or lands the append
+            on its own (after counting what workers of an older schema
+            appended; see `turnkeep_postgres.writes`).
     """
 
     session_id: str
@@ -98,6 +94,7 @@ class Batched:
     first: int
     time: int
     raws: list[bytes]
+    ends: list[bool]
     turns: int
     owner: uuid.UUID
     lease_s: float
@@ -113,13 +110,17 @@ class Op(Generic[T]):
         run: the operation; raises a `TurnkeepError` to refuse.
         session_id: the one session it touches (`None`: many), used to order
             a group's operations so two workers lock rows in the same order.
-        clean: it refuses only before its first write (no savepoint needed);
-            a callable says so when the writer is about to run it.
+        clean: it refuses only before its first write (no savepoint needed;
+            writes of facts that hold whatever becomes of it, as in `atomic`,
+            do not count); a callable says so when the writer is about to run
+            it.
         doing: what it does, for error messages.
         batch: for an append, returns its `Batched` form when it can share a
             statement (the session is held); `run` is used otherwise.
         atomic: all its writes are one statement (anything else it runs only
-            reads; a callable says so when the writer is about to run it).
+            reads, or writes facts that hold whatever becomes of it, such as
+            an append's catch-up of counts; a callable says so when the
+            writer is about to run it).
             Alone in a group, such an operation runs on the autocommit
             connection without a transaction of its own, and commits with
             its statement: one round trip, not three.
@@ -290,13 +291,13 @@ class Writer:
                         else:
                             value = await job.op.run(tx)
                     except TurnkeepError as exc:
-                        tx.rollback_memory()
+                        tx.undo.rollback()
                         if not shared:
                             raise
                         refused.append((job, exc))  # clean, or its savepoint undid it
                         continue
                     except psycopg.Error as exc:
-                        tx.rollback_memory()
+                        tx.undo.rollback()
                         if shared and not clean and not connection_lost(exc):
                             refused.append((job, self._wrap(exc, job)))
                             continue
@@ -308,7 +309,7 @@ class Writer:
             return [], False, batching
         except psycopg.Error as exc:
             for _, _, tx in reversed(done):
-                tx.rollback_memory()
+                tx.undo.rollback()
             lost = connection_lost(exc)
             if in_batch and not lost:
                 # The shared statement failed: run the group again one
@@ -382,6 +383,7 @@ class Writer:
             "sids": [i.session_id for _, i in items for _ in i.raws],
             "seqs": [i.first + n for _, i in items for n in range(len(i.raws))],
             "raws": [raw for _, i in items for raw in i.raws],
+            "ends": [end for _, i in items for end in i.ends],
             "owner": first.owner,
             "lease": first.lease_s,
             "format": FORMAT_VERSION,
@@ -396,12 +398,13 @@ class Writer:
                 done.append((job, None, tx))
                 continue
             try:
-                await item.missed(tx)  # raises the refusal; it wrote nothing
+                await item.missed(tx)  # raises the refusal, or lands it alone
             except TurnkeepError as exc:
-                tx.rollback_memory()
+                tx.undo.rollback()
                 refused.append((job, exc))
-            else:  # pragma: no cover - `missed` always explains a miss
-                refused.append((job, StorageError(f"{job.op.doing} did not land")))
+            else:
+                item.landed(tx)
+                done.append((job, None, tx))
         return rest
 
     def _wrap(self, exc: psycopg.Error, job: _Job[Any]) -> StorageError:

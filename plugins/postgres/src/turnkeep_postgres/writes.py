@@ -5,7 +5,9 @@ need no database come first; then one statement does the write and its
 compare-and-set together, and only when it changes nothing does a second
 statement read the row to say why (not found, newer format, fenced, locked,
 wrong seq). So a refusal never follows a write, and every refusal is a typed
-turnkeep error.
+turnkeep error. (One miss is no refusal: an append that finds events of a
+schema-1 worker past `counted_seq` counts them first, writing only facts
+about stored bytes, then lands; see `_after_miss`.)
 
 `OwnerState` is the backend instance's view of what it owns. Only the writer
 task touches it, and every change registers an undo with the transaction, so
@@ -16,23 +18,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple
 
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord, count_turn_ends
+from turnkeep.backendkit import check_batch, newer_format
+from turnkeep.codec import EventRecord
 from turnkeep.errors import (
-    EventTooLargeError,
     SequenceError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
     SessionNotFoundError,
     StorageError,
-    UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
+from turnkeep_postgres import turnends
 from turnkeep_postgres.writer import Batched, Op, Tx
 
 __all__ = [
@@ -47,7 +49,6 @@ __all__ = [
     "update",
 ]
 
-V = TypeVar("V")
 _encode: Final = msgspec.json.Encoder().encode
 
 
@@ -73,31 +74,11 @@ class OwnerState:
 
     def hold(self, tx: Tx, session_id: str, generation: int | None) -> None:
         """Record (or with `None`, forget) the generation held, undoably."""
-        had = session_id in self.held
-        previous = self.held.get(session_id, 0)
-        if generation is None:
-            self.held.pop(session_id, None)
-        else:
-            self.held[session_id] = generation
-
-        def undo() -> None:
-            if had:
-                self.held[session_id] = previous
-            else:
-                self.held.pop(session_id, None)
-
-        tx.on_rollback(undo)
+        tx.undo.put(self.held, session_id, generation)
 
     def stage(self, tx: Tx, session_id: str, pending: bool) -> None:
         """Mark (or unmark) a session as created here and not flushed, undoably."""
-        was = session_id in self.pending
-        if pending:
-            self.pending.add(session_id)
-        else:
-            self.pending.discard(session_id)
-        tx.on_rollback(
-            lambda: (self.pending.add if was else self.pending.discard)(session_id)
-        )
+        tx.undo.mark(self.pending, session_id, pending)
 
 
 class _Row(NamedTuple):
@@ -105,6 +86,7 @@ class _Row(NamedTuple):
     generation: int
     owner: uuid.UUID | None
     format_version: int
+    counted_seq: int
 
 
 async def _row(tx: Tx, session_id: str) -> _Row | None:
@@ -115,14 +97,6 @@ async def _row(tx: Tx, session_id: str) -> _Row | None:
 
 def _not_found(session_id: str) -> SessionNotFoundError:
     return SessionNotFoundError(f"no stored session {session_id!r}")
-
-
-def _newer(session_id: str, version: int) -> UnsupportedFormatError:
-    return UnsupportedFormatError(
-        f"session {session_id!r} has format version {version}; this turnkeep "
-        f"reads up to {FORMAT_VERSION}. Upgrade turnkeep to open it (nothing was "
-        "changed)."
-    )
 
 
 def _fenced(session_id: str) -> SessionFencedError:
@@ -180,34 +154,33 @@ def create(state: OwnerState, meta: SessionMeta) -> Op[None]:
 # -- append ------------------------------------------------------------------
 
 
-def _check_batch(
-    session_id: str, records: Sequence[EventRecord], max_bytes: int
-) -> None:
-    first = records[0].seq
-    for offset, record in enumerate(records):
-        if record.seq != first + offset:
-            raise SequenceError(
-                f"session {session_id!r}: batch is not contiguous at seq {record.seq}",
-                session_id=session_id,
-                expected=first + offset,
-                got=record.seq,
-            )
-        if len(record.raw) > max_bytes:
-            raise EventTooLargeError(
-                f"session {session_id!r}: event {record.type!r} (seq {record.seq}) "
-                f"is {len(record.raw)} bytes, over max_event_bytes ({max_bytes})",
-                event_type=record.type,
-            )
-
-
 def append(
     state: OwnerState, session_id: str, records: Sequence[EventRecord]
 ) -> Op[None]:
     """Append one flush: a compare-and-set on owner, generation and next seq."""
-    if records:
-        _check_batch(session_id, records, state.max_event_bytes)
+    # The first seq is compared with the stored one by the append statement.
+    check_batch(
+        session_id, records, next_seq=None, max_event_bytes=state.max_event_bytes
+    )
     raws = [bytes(r.raw) for r in records]
-    turns = count_turn_ends(records)
+    ends = [r.is_turn_end for r in records]
+    turns = sum(ends)
+
+    def params(generation: int) -> dict[str, Any]:
+        return {
+            "id": session_id,
+            "owner": state.token,
+            "generation": generation,
+            "first": records[0].seq,
+            "count": len(raws),
+            "turns": turns,
+            "size": sum(map(len, raws)),
+            "time": records[-1].time,
+            "format": FORMAT_VERSION,
+            "lease": state.lease_s,
+            "raws": raws,
+            "ends": ends,
+        }
 
     async def run(tx: Tx) -> None:
         generation = state.held.get(session_id)
@@ -216,25 +189,10 @@ def append(
         if not raws:
             await _explain_append(tx, state, session_id, generation, None)
             return
-        first = records[0].seq
-        cur = await tx.conn.execute(
-            tx.queries.append,
-            {
-                "id": session_id,
-                "owner": state.token,
-                "generation": generation,
-                "first": first,
-                "count": len(raws),
-                "turns": turns,
-                "size": sum(map(len, raws)),
-                "time": records[-1].time,
-                "format": FORMAT_VERSION,
-                "lease": state.lease_s,
-                "raws": raws,
-            },
-        )
+        values = params(generation)
+        cur = await tx.conn.execute(tx.queries.append, values)
         if cur.rowcount != len(raws):
-            await _explain_append(tx, state, session_id, generation, first)
+            await _after_miss(tx, state, values)
         if session_id in state.pending:
             state.stage(tx, session_id, False)
 
@@ -253,19 +211,19 @@ def append(
             first=records[0].seq,
             time=records[-1].time,
             raws=raws,
+            ends=ends,
             turns=turns,
             owner=state.token,
             lease_s=state.lease_s,
             landed=landed,
-            missed=lambda tx: _explain_append(
-                tx, state, session_id, generation, records[0].seq
-            ),
+            missed=lambda tx: _after_miss(tx, state, params(generation)),
         )
 
     def held() -> bool:
-        # Held when it runs: the append statement is its only write, and a
-        # refusal comes before it. Not held: taking the role writes first,
-        # which needs a savepoint in a shared group and a transaction alone.
+        # Held when it runs: the append statement is its only write (but for
+        # a catch-up's, see `_after_miss`), and a refusal comes before it.
+        # Not held: taking the role writes first, which needs a savepoint in
+        # a shared group and a transaction alone.
         return session_id in state.held
 
     return Op(
@@ -278,30 +236,66 @@ def append(
     )
 
 
+async def _after_miss(tx: Tx, state: OwnerState, params: dict[str, Any]) -> None:
+    """The append statement `params` did not land: raise why, or land it after all.
+
+    The one miss that is no refusal: a worker of schema 1 appended since the
+    stored numbers were counted. Then the events past `counted_seq` get their
+    flags (classified from their bytes by core's kit), the numbers are
+    counted up to `next_seq` (both facts, true whoever owns the session, so
+    they need no undo), and the statement runs again.
+    """
+    session_id: str = params["id"]
+    generation: int = params["generation"]
+    first: int = params["first"]
+    row = await _explain_append(tx, state, session_id, generation, first)
+    if row.counted_seq != row.next_seq:
+        span = (session_id, row.counted_seq, row.next_seq)
+        flags = await turnends.unrecorded(tx.conn, tx.queries, [span])
+        await turnends.record(tx.conn, tx.queries, flags)
+        await tx.conn.execute(
+            tx.queries.catch_up,
+            {
+                "id": session_id,
+                "owner": state.token,
+                "generation": generation,
+                "counted": row.counted_seq,
+                "next": row.next_seq,
+            },
+        )
+        cur = await tx.conn.execute(tx.queries.append, params)
+        if cur.rowcount == len(params["raws"]):
+            return
+        await _explain_append(tx, state, session_id, generation, first)
+    raise StorageError(  # pragma: no cover - every refusal is explained above
+        f"session {session_id!r}: the append did not land for no known reason; retry"
+    )
+
+
 async def _explain_append(
     tx: Tx, state: OwnerState, session_id: str, generation: int, first: int | None
-) -> None:
-    """Raise why an append cannot land (or return, for an empty one that may)."""
+) -> _Row:
+    """Raise why an append cannot land; return the row if no refusal applies.
+
+    An empty append (`first` is `None`) only needs the session and its
+    ownership; any other also needs the stored next seq to be `first`.
+    """
     row = await _row(tx, session_id)
     if row is None or (row.next_seq == 0 and session_id not in state.pending):
         raise SessionNotFoundError(f"no session {session_id!r} to append to")
     if row.format_version > FORMAT_VERSION:
-        raise _newer(session_id, row.format_version)
+        raise newer_format(session_id, row.format_version)
     if row.owner != state.token or row.generation != generation:
         raise _fenced(session_id)
-    if first is None:
-        return
-    if row.next_seq != first:
+    if first is not None and row.next_seq != first:
         raise SequenceError(
-            f"session {session_id!r}: append starts at seq {first} but the stored "
-            f"log continues at {row.next_seq}",
+            f"session {session_id!r}: the append starts at seq {first} but the "
+            f"stored log continues at {row.next_seq}; nothing was written",
             session_id=session_id,
             expected=row.next_seq,
             got=first,
         )
-    raise StorageError(  # pragma: no cover - every refusal is explained above
-        f"session {session_id!r}: the append did not land for no known reason; retry"
-    )
+    return row
 
 
 # -- ownership -----------------------------------------------------------------
@@ -325,7 +319,7 @@ async def _take(tx: Tx, state: OwnerState, session_id: str, *, steal: bool) -> i
         if stored is None or stored.next_seq == 0:
             raise _not_found(session_id)
         if stored.format_version > FORMAT_VERSION:
-            raise _newer(session_id, stored.format_version)
+            raise newer_format(session_id, stored.format_version)
         raise _locked(session_id, "written")
     generation = int(row[0])
     state.hold(tx, session_id, generation)

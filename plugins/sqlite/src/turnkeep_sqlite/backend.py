@@ -23,10 +23,10 @@ from typing import TypeVar
 import attrs
 import msgspec
 
+from turnkeep.backendkit import DamagedSessions
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     PersistenceError,
-    SessionCorruptError,
     SessionOwnershipError,
     TurnkeepError,
 )
@@ -75,7 +75,7 @@ class SqlitePersistence:
     _database: _Database = attrs.field(init=False)
     _writer: Writer = attrs.field(init=False)
     _readers: Readers = attrs.field(init=False)
-    _damaged: set[str] = attrs.field(init=False, factory=set[str])
+    _damaged: DamagedSessions = attrs.field(init=False, factory=DamagedSessions)
     _opened: bool = attrs.field(init=False, default=False)
     _used: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
@@ -130,12 +130,7 @@ class SqlitePersistence:
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
         """Durably append one flush (checks seq and ownership in its transaction)."""
         session_id = validate_session_id(session_id)
-        if session_id in self._damaged:
-            raise SessionCorruptError(
-                f"session {session_id!r} was found damaged by load; appending "
-                "to it would bury the damage. Restore the database from a backup.",
-                session_id=session_id,
-            )
+        self._damaged.check(session_id)
         records = list(events)  # snapshot: the caller may reuse its list
         await self._write(
             lambda tx: writes.append(tx, self._state, session_id, records)
@@ -144,11 +139,8 @@ class SqlitePersistence:
     async def load(self, session_id: str) -> LoadedSession:
         """Return the stored metadata and every durable event's exact bytes."""
         session_id = validate_session_id(session_id)
-        try:
+        with self._damaged.watch(session_id):  # later appends are refused too
             return await self._read(lambda conn: reads.load(conn, session_id))
-        except SessionCorruptError:
-            self._damaged.add(session_id)  # later appends are refused too
-            raise
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""
@@ -167,7 +159,7 @@ class SqlitePersistence:
         """Remove a stored session and all its events."""
         session_id = validate_session_id(session_id)
         await self._write(lambda tx: writes.delete(tx, self._state, session_id))
-        self._damaged.discard(session_id)
+        self._damaged.forget(session_id)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (the backend keeps `event_count`)."""

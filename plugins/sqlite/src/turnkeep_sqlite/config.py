@@ -14,6 +14,7 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = ["DEFAULT_PATH", "SqliteConfig", "Synchronous", "default_path"]
@@ -29,11 +30,6 @@ def default_path() -> Path:
     """Return `$XDG_STATE_HOME/turnkeep/sessions.sqlite3` (or `~/.local/state/...`)."""
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / DEFAULT_PATH
-
-
-def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value}")
 
 
 @attrs.frozen
@@ -65,12 +61,12 @@ class SqliteConfig:
     """
 
     path: Path = attrs.field(factory=default_path)
-    busy_timeout_ms: int = attrs.field(default=10_000, validator=_positive)
+    busy_timeout_ms: int = attrs.field(default=10_000, validator=positive)
     synchronous: Synchronous = "FULL"
     allow_non_durable: bool = False
     allow_network_filesystem: bool = False
     max_event_bytes: int = attrs.field(
-        default=DEFAULT_MAX_EVENT_BYTES, validator=_positive
+        default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )
-    read_threads: int = attrs.field(default=2, validator=_positive)
-    max_group_flushes: int = attrs.field(default=256, validator=_positive)
+    read_threads: int = attrs.field(default=2, validator=positive)
+    max_group_flushes: int = attrs.field(default=256, validator=positive)

@@ -26,12 +26,12 @@ from typing import Any, Final, TypeVar
 import attrs
 import msgspec
 
+from turnkeep.backendkit import newer_format
 from turnkeep.errors import (
     InvalidCursorError,
     SessionCorruptError,
     SessionNotFoundError,
     TurnkeepError,
-    UnsupportedFormatError,
 )
 from turnkeep.meta import (
     FORMAT_VERSION,
@@ -181,11 +181,7 @@ def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
             raise SessionNotFoundError(f"no stored session {session_id!r}")
         meta = _meta(row[1:])
         if meta.header.format_version > FORMAT_VERSION:
-            raise UnsupportedFormatError(
-                f"session {session_id!r} has format version "
-                f"{meta.header.format_version}; this turnkeep reads up to "
-                f"{FORMAT_VERSION}. Upgrade turnkeep to open it."
-            )
+            raise newer_format(session_id, meta.header.format_version)
         count = meta.summary.event_count
         # Unpacking the one-column rows in C: a tenth of a 100k-event load
         # went to building the row list and picking each row's column.

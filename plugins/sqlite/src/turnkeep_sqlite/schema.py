@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Final, TypeVar
 from urllib.parse import quote
 
+from turnkeep.backendkit import is_turn_end_type, newer_schema
 from turnkeep.errors import ConfigurationError, StorageError, UnsupportedFormatError
-from turnkeep.meta import TURN_END_TYPE
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import read_header
 from turnkeep_sqlite.sqlerrors import is_busy, storage_error
@@ -83,11 +83,13 @@ def _turns_and_size(conn: sqlite3.Connection) -> None:
                 f"ALTER TABLE sessions ADD COLUMN {column} INTEGER NOT NULL "
                 f"DEFAULT 0 CHECK (typeof({column}) = 'integer' AND {column} >= 0)"
             )
+    # Which types end a turn is core's to say, not SQL's: ask the kit per row.
+    conn.create_function("turnkeep_turn_end", 1, is_turn_end_type, deterministic=True)
     conn.execute(
         "UPDATE sessions SET (turns, size) = ("
-        "SELECT coalesce(sum(type = ?), 0), coalesce(sum(length(raw)), 0) "
-        "FROM events WHERE session_key = sessions.key AND seq < sessions.next_seq)",
-        (TURN_END_TYPE,),
+        "SELECT coalesce(sum(turnkeep_turn_end(type)), 0), "
+        "coalesce(sum(length(raw)), 0) "
+        "FROM events WHERE session_key = sessions.key AND seq < sessions.next_seq)"
     )
 
 
@@ -352,8 +354,9 @@ def _migrate(conn: sqlite3.Connection, path: Path, *, pid: int) -> None:
 
 
 def _newer(path: Path, version: int) -> UnsupportedFormatError:
-    return UnsupportedFormatError(
-        f"SQLite database {path} has schema version {version}; this "
-        f"turnkeep-sqlite reads up to {SCHEMA_VERSION}. Upgrade turnkeep-sqlite "
-        "to open it (the file was not modified)."
+    return newer_schema(
+        f"SQLite database {path}",
+        version,
+        supported=SCHEMA_VERSION,
+        reader="turnkeep-sqlite",
     )

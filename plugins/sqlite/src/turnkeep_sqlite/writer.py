@@ -38,6 +38,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from turnkeep.backendkit import Undo
 from turnkeep.errors import PersistenceError, StorageError, TurnkeepError
 from turnkeep_sqlite.schema import check_schema_version, retry_busy
 from turnkeep_sqlite.sqlerrors import is_io, storage_error
@@ -52,16 +53,8 @@ class Tx:
     """What one operation sees of its group's transaction."""
 
     conn: sqlite3.Connection
-    _undo: list[Callable[[], None]] = attrs.field(factory=list[Callable[[], None]])
-
-    def on_rollback(self, undo: Callable[[], None]) -> None:
-        """Run `undo` if this operation's writes are rolled back."""
-        self._undo.append(undo)
-
-    def rollback_memory(self) -> None:
-        """Undo this operation's in-memory changes, newest first."""
-        while self._undo:
-            self._undo.pop()()
+    undo: Undo = attrs.Factory(Undo)
+    """The operation's in-memory changes, taken back if its writes are."""
 
 
 Operation = Callable[[Tx], T]
@@ -257,7 +250,7 @@ class Writer:
             try:
                 value = job.operation(tx)
             except Exception as exc:  # noqa: BLE001 - each failure goes to its caller
-                tx.rollback_memory()
+                tx.undo.rollback()
                 wrote = conn.total_changes != changes
                 if not isinstance(exc, sqlite3.Error) and not wrote:
                     # A refusal: operations check before they write, so
@@ -317,7 +310,7 @@ class Writer:
     @staticmethod
     def _undo(done: list[tuple[_Job[Any], Any, Tx]]) -> None:
         for _, _, tx in reversed(done):
-            tx.rollback_memory()
+            tx.undo.rollback()
 
     def _settle(self, job: _Job[Any], ok: bool, value: Any) -> None:
         if not job.settled:

@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, NamedTuple
 
 import attrs
 import msgspec
 
-from turnkeep.codec import EventRecord, count_turn_ends
+from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
+from turnkeep.codec import EventRecord
 from turnkeep.errors import (
-    EventTooLargeError,
-    SequenceError,
     SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
     SessionNotFoundError,
-    UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep_sqlite.owner import ProcessIdentity, is_alive
@@ -47,8 +45,6 @@ __all__ = [
     "release_all",
     "update",
 ]
-
-V = TypeVar("V")
 
 _identity_decoder: Final = msgspec.json.Decoder(ProcessIdentity)
 
@@ -73,11 +69,11 @@ class WriterState:
 
     def hold(self, tx: Tx, session_id: str, generation: int | None) -> None:
         """Record (or with `None`, forget) the generation held, undoably."""
-        _set(tx, self.held, session_id, generation)
+        tx.undo.put(self.held, session_id, generation)
 
     def stage(self, tx: Tx, session_id: str, meta: SessionMeta | None) -> None:
         """Record (or with `None`, forget) a pending session's metadata, undoably."""
-        _set(tx, self.pending, session_id, meta)
+        tx.undo.put(self.pending, session_id, meta)
 
 
 class _Row(NamedTuple):
@@ -159,7 +155,7 @@ def append(
     if row is None or (row.next_seq == 0 and pending is None):
         raise SessionNotFoundError(f"no session {session_id!r} to append to")
     if row.format_version > FORMAT_VERSION:
-        raise _newer_format(session_id, row.format_version)
+        raise newer_format(session_id, row.format_version)
     held = state.held.get(session_id)
     if held is not None:
         if row.owner_token != state.token or row.generation != held:
@@ -173,7 +169,9 @@ def append(
     if not records:
         return
     next_seq = row.next_seq
-    _check_batch(session_id, next_seq, records, state.max_event_bytes)
+    check_batch(
+        session_id, records, next_seq=next_seq, max_event_bytes=state.max_event_bytes
+    )
     if next_seq and row.last_present is None:
         raise SessionCorruptError(
             f"session {session_id!r}: its last acknowledged event (seq "
@@ -334,49 +332,3 @@ def _refuse_live_owner(
             "take it over explicitly (claim with steal=True) if that owner "
             "should stop"
         )
-
-
-def _check_batch(
-    session_id: str, next_seq: int, records: Sequence[EventRecord], max_bytes: int
-) -> None:
-    for offset, record in enumerate(records):
-        expected = next_seq + offset
-        if record.seq != expected:
-            where = "append starts at" if offset == 0 else "batch is not contiguous at"
-            raise SequenceError(
-                f"session {session_id!r}: {where} seq {record.seq}, but the stored "
-                f"log continues at {expected}",
-                session_id=session_id,
-                expected=expected,
-                got=record.seq,
-            )
-        if len(record.raw) > max_bytes:
-            raise EventTooLargeError(
-                f"session {session_id!r}: event {record.type!r} (seq {record.seq}) "
-                f"is {len(record.raw)} bytes, over max_event_bytes ({max_bytes})",
-                event_type=record.type,
-            )
-
-
-def _newer_format(session_id: str, version: int) -> UnsupportedFormatError:
-    return UnsupportedFormatError(
-        f"session {session_id!r} has format version {version}; this turnkeep "
-        f"reads up to {FORMAT_VERSION}. Upgrade turnkeep to open it."
-    )
-
-
-def _set(tx: Tx, mapping: dict[str, V], key: str, value: V | None) -> None:
-    had = key in mapping
-    previous = mapping.get(key)
-    if value is None:
-        mapping.pop(key, None)
-    else:
-        mapping[key] = value
-
-    def undo() -> None:
-        if had and previous is not None:
-            mapping[key] = previous
-        else:
-            mapping.pop(key, None)
-
-    tx.on_rollback(undo)
