@@ -14,6 +14,8 @@ Lifecycle: `plugin_apply` is historic (replayed to plugins registered later);
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -40,9 +42,11 @@ from turnkeep.plugins import PluginSet
 from turnkeep.redaction import SecretRedactor, run_redact_event, run_redact_text
 from turnkeep.reload import Reloader
 from turnkeep.session import Session
-from turnkeep.store import SessionStore
+from turnkeep.store import CloseReport, SessionStore
 
 __all__ = ["Host"]
+
+_log = logging.getLogger("turnkeep")
 
 T = TypeVar("T")
 E = TypeVar("E", bound=SessionEvent)
@@ -76,6 +80,10 @@ class Host:
     _reloader: Reloader = attrs.field(init=False)
     _started: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
+    close_reports: list[CloseReport] = attrs.field(
+        init=False, factory=list[CloseReport]
+    )
+    """What the last `aclose` could not store, one report per session."""
     _event_hook: Callable[..., list[object]] = attrs.field(init=False)
     _redactors: list[HookImpl] = attrs.field(init=False)
 
@@ -119,14 +127,24 @@ class Host:
         self.pm.hook.plugin_apply.call_historic(kwargs={"host": self})
         return self
 
-    async def aclose(self) -> None:
-        """Dispose every plugin, newest first, then unregister them.
+    async def aclose(self) -> list[CloseReport]:
+        """Close every live session, then dispose every plugin, newest first.
+
+        Shutdown never fails on a session: one that cannot be stored (taken
+        over by another process, or its backend failing) is abandoned, and
+        its report is returned, kept in `close_reports` and logged as an
+        error on the `turnkeep` logger.
+
+        Returns:
+            The reports of the sessions that left something unsaved.
 
         Raises:
-            FlushError: a session could not be drained (the others were).
+            PluginDisposeError: a plugin failed to stop (the others were
+                still disposed).
         """
         if self._closed:
-            return
+            return self.close_reports
+        reports = await self._close_sessions()
         self._closed = True
         errors: list[Exception] = []
         for plugin in reversed(self._set.ordered()):
@@ -137,6 +155,9 @@ class Host:
             self._set.unregister(plugin)
         for session in self.sessions.list():
             session.closed = True  # nothing could store what it would take
+        self.close_reports = [r for r in reports if not r.saved]
+        for report in self.close_reports:
+            _log.error("closing the host: %s", report.describe())
         if errors:
             first = errors[0]
             if isinstance(first, TurnkeepError):
@@ -144,6 +165,19 @@ class Host:
             raise PluginDisposeError(
                 f"disposing a plugin failed while closing the host: {first!r}"
             ) from first
+        return self.close_reports
+
+    async def _close_sessions(self) -> list[CloseReport]:
+        async def close(session_id: str) -> CloseReport:
+            try:
+                return await self.sessions.close(session_id)
+            except FlushError as exc:
+                return await self.sessions.abandon(session_id, reason=str(exc))
+
+        live = [s.id for s in self.sessions.list()]
+        if not self._started or not live:
+            return []
+        return list(await asyncio.gather(*(close(i) for i in live)))
 
     async def __aenter__(self) -> Host:
         return await self.start()
@@ -245,6 +279,22 @@ class Host:
     def is_settled(self, session: Session) -> bool:
         """Whether every event of the session is durable (nothing unsaved)."""
         return self.unsaved(session) == 0
+
+    def is_fenced(self, session: Session) -> bool:
+        """Whether another process took the session over from this one."""
+        writebehind = self._set.writebehind
+        return writebehind is not None and writebehind.is_fenced(session)
+
+    async def register_session(self, session: Session) -> None:
+        """Await the backend's registration of a session (no-op without one).
+
+        Raises:
+            SessionExistsError: a new session's id is already stored.
+            SessionLockedError: another process is creating or driving it.
+            FlushError: the registration failed otherwise.
+        """
+        if self._set.writebehind is not None:
+            await self._set.writebehind.register(session)
 
     # -- typed hook facade (turnkeep.session.SessionHooks) -------------------
 

@@ -93,6 +93,14 @@ class SessionHooks(Protocol):
         """How many of the session's events are not durable yet."""
         ...
 
+    def is_fenced(self, session: Session) -> bool:
+        """Whether another process took the session over from this one."""
+        ...
+
+    async def register_session(self, session: Session) -> None:
+        """Await the backend's registration of a new session."""
+        ...
+
     @property
     def redactors(self) -> Sequence[object]:
         """The live list of `redact_event` implementations (empty: no cost)."""

@@ -1,10 +1,14 @@
-"""The live sessions of one host: create, fork, resume and close.
+"""The live sessions of one host: create, open, fork, resume, close, abandon.
 
 A `SessionStore` (`host.sessions`) makes `Session`s live and keeps them by
 id. A new or seeded session writes nothing until its first flush; a fork
 starts from a prefix of a live session; `resume` claims a stored session's
 writer role, loads and decodes its log, and makes it live with its loaded
-events durable; `close` flushes, drops it and releases the writer role.
+events durable; `open` resumes or creates. `close` flushes, drops the
+session and releases the writer role; a session that can no longer be
+stored (another process took it over) is closed all the same, and
+`abandon` drops one without storing: both say in a `CloseReport` what
+stayed unsaved, so no session is ever trapped in its process.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable, Sequence
+from typing import Literal, TypeAlias
 
 import attrs
 
 from turnkeep.backendkit import newer_format
 from turnkeep.clock import Clock, now_ms
 from turnkeep.errors import (
+    FlushError,
     InvalidForkPointError,
     InvalidSeedError,
     SessionExistsError,
@@ -34,7 +40,46 @@ from turnkeep.meta import (
 )
 from turnkeep.session import Session, SessionHooks, SessionOrigin
 
-__all__ = ["SessionStore"]
+__all__ = ["CloseOutcome", "CloseReport", "SessionStore"]
+
+CloseOutcome: TypeAlias = Literal["saved", "fenced", "abandoned"]
+"""How a session left: everything stored; taken over by another process (what
+it still held could not be stored); dropped on purpose without storing."""
+
+
+@attrs.frozen
+class CloseReport:
+    """What closing (or abandoning) a live session left behind.
+
+    Attributes:
+        session_id: the session.
+        outcome: `saved`, `fenced` or `abandoned` (see `CloseOutcome`).
+        unsaved: how many of its events were not stored by this process.
+        first_unsaved_seq: the seq of the first of them (`None` if none).
+        reason: why they were not stored, for people (empty when saved).
+    """
+
+    session_id: str
+    outcome: CloseOutcome
+    unsaved: int = 0
+    first_unsaved_seq: int | None = None
+    reason: str = ""
+
+    @property
+    def saved(self) -> bool:
+        """Whether everything the session held is durable."""
+        return self.unsaved == 0
+
+    def describe(self) -> str:
+        """One line for a log or a terminal."""
+        if self.saved:
+            return f"session {self.session_id!r}: closed, everything stored"
+        last = (self.first_unsaved_seq or 0) + self.unsaved - 1
+        return (
+            f"session {self.session_id!r}: {self.outcome}; {self.unsaved} "
+            f"event(s) not stored by this process (seq {self.first_unsaved_seq}"
+            f"..{last}): {self.reason}"
+        )
 
 
 @attrs.define(eq=False)
@@ -138,7 +183,10 @@ class SessionStore:
     async def resume(self, session_id: str, *, steal: bool = False) -> Session:
         """Load a stored session, take its writer role, and make it live.
 
-        Returns the live session if it already is live.
+        Returns the live session if it already is live, unless another
+        process took that one over: then it is abandoned (what it held is
+        reported in `abandoned`) and the session is loaded afresh, with what
+        the new owner wrote.
 
         Raises:
             PersistenceNotConfiguredError: no backend is active.
@@ -147,8 +195,11 @@ class SessionStore:
             SessionCorruptError, UnsupportedFormatError: see `load`.
         """
         session_id = validate_session_id(session_id)
-        if session_id in self._live:
-            return self._live[session_id]
+        live = self._live.get(session_id)
+        if live is not None:
+            if not self._hooks.is_fenced(live):
+                return live
+            await self.abandon(session_id, reason="taken over by another process")
         pending = self._resuming.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)  # a resume of it is under way
@@ -183,24 +234,107 @@ class SessionStore:
             header, loaded.meta.summary, events, origin="resumed", stored=len(events)
         )
 
-    async def close(self, session_id: str) -> None:
+    async def open(self, session_id: str, *, steal: bool = False) -> Session:
+        """Resume the session if it is stored, else create it (race-free).
+
+        A created session is registered with the backend at once (which
+        takes its writer role), so two processes opening one new id cannot
+        both create it: the second resumes it, or is refused while the
+        first drives it.
+
+        Raises:
+            SessionLockedError: another process drives it (and not `steal`).
+            InvalidSessionIdError, PersistenceNotConfiguredError,
+            SessionCorruptError, UnsupportedFormatError: as `resume`.
+        """
+        session_id = validate_session_id(session_id)
+        self._hooks.require_persistence()
+        for _ in range(2):
+            try:
+                return await self.resume(session_id, steal=steal)
+            except SessionNotFoundError:
+                pass
+            session = self.create(session_id)
+            try:
+                await self._hooks.register_session(session)
+            except SessionExistsError:
+                # Stored meanwhile by another process: resume that one.
+                await self.abandon(session_id, reason="created elsewhere first")
+                continue
+            except BaseException:
+                await self.abandon(session_id, reason="could not be registered")
+                raise
+            return session
+        return await self.resume(session_id, steal=steal)
+
+    async def close(self, session_id: str) -> CloseReport:
         """Flush a live session, release its writer role and drop it.
+
+        A session another process took over cannot be stored by this one:
+        it is closed all the same, and the report says what stayed unsaved.
+
+        Returns:
+            What was stored (`outcome` `saved` or `fenced`).
 
         Raises:
             SessionNotFoundError: no live session has this id.
-            FlushError: its events could not be stored; the session stays
-                live so nothing is lost.
+            FlushError: its events could not be stored for another reason
+                (a storage error); the session stays live, so nothing is
+                lost and a later `close` retries. `abandon` drops it.
         """
         session = self.get(session_id)
         # Closed before the flush, so nothing appended meanwhile is left out.
         session.closed = True
         try:
             await session.flush()
+        except FlushError as exc:
+            if not self._hooks.is_fenced(session):
+                session.closed = False
+                raise
+            return await self._drop(session, "fenced", str(exc))
         except BaseException:
             session.closed = False
             raise
-        del self._live[session_id]
-        await self._hooks.emit_session_closed(session)
+        return await self._drop(session, "saved", "")
+
+    async def abandon(self, session_id: str, *, reason: str = "") -> CloseReport:
+        """Drop a live session without storing what it holds.
+
+        The way out for a session that cannot be stored (its backend keeps
+        failing, or another process took it over): its writer role is
+        released and the report says what stayed unsaved.
+
+        Raises:
+            SessionNotFoundError: no live session has this id.
+        """
+        session = self.get(session_id)
+        session.closed = True
+        fenced = self._hooks.is_fenced(session)
+        return await self._drop(
+            session, "fenced" if fenced else "abandoned", reason or "abandoned"
+        )
+
+    async def _drop(
+        self, session: Session, outcome: CloseOutcome, reason: str
+    ) -> CloseReport:
+        unsaved = self._hooks.unsaved(session)
+        report = CloseReport(
+            session_id=session.id,
+            outcome=outcome if unsaved else "saved",
+            unsaved=unsaved,
+            first_unsaved_seq=len(session.events) - unsaved if unsaved else None,
+            reason=reason if unsaved else "",
+        )
+        if self._live.get(session.id) is session:
+            del self._live[session.id]
+        try:
+            await self._hooks.emit_session_closed(session)
+        except FlushError:
+            # Releasing a writer role that is already gone (taken over, or
+            # its backend failing) must not keep the session trapped.
+            if outcome == "saved":
+                raise
+        return report
 
     def _install(
         self,

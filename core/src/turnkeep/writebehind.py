@@ -37,6 +37,8 @@ from turnkeep.errors import (
     FlushError,
     SequenceError,
     SessionExistsError,
+    SessionFencedError,
+    SessionLockedError,
 )
 from turnkeep.events import SessionEvent
 from turnkeep.hookspecs import hookimpl
@@ -71,6 +73,8 @@ class WriteState:
             lazily, per instance).
         maybe_landed: an append failed in a way that may still have stored it
             (a lost acknowledgement).
+        fenced: another process took the session over: nothing this one
+            buffers can be stored any more (it may be resumed afresh).
         init: the registration started at `session_created`; a flush awaits
             it first.
         init_owner: the write-behind that started `init`.
@@ -83,6 +87,7 @@ class WriteState:
     stored_summary: SessionSummary | None = attrs.field(default=None, repr=False)
     registered_with: object | None = attrs.field(default=None, repr=False)
     maybe_landed: bool = False
+    fenced: bool = False
     init: asyncio.Future[None] | None = None
     init_owner: object | None = attrs.field(default=None, repr=False)
     lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
@@ -139,6 +144,26 @@ class WriteBehind:
         writes = self._states.get(session)
         persisted = writes.persisted if writes is not None else session.stored
         return len(session.events) - persisted
+
+    def is_fenced(self, session: Session) -> bool:
+        """Whether a takeover elsewhere fenced this process out of the session."""
+        writes = self._states.get(session)
+        return writes is not None and writes.fenced
+
+    async def register(self, session: Session) -> None:
+        """Make sure the backend has registered the session (awaits it).
+
+        Raises:
+            SessionExistsError: a new session's id is already stored.
+            SessionLockedError: another process is creating or driving it.
+            FlushError: the registration failed otherwise.
+        """
+        try:
+            await self._ensure_created(session)
+        except FlushError as exc:
+            if isinstance(exc.__cause__, SessionExistsError | SessionLockedError):
+                raise exc.__cause__ from None
+            raise
 
     def discard(self, session: Session, seq: int) -> None:
         """Drop what was snapshotted of seq `seq` on (a rejected event)."""
@@ -377,6 +402,15 @@ class WriteBehind:
             if rest:
                 await self._append(session, rest)
             return
+        except SessionFencedError as exc:
+            self.state(session).fenced = True
+            raise FlushError(
+                f"session {session.id!r}: another process took it over, so "
+                f"{len(batch)} event(s) from seq {batch[0].seq} cannot be stored "
+                "by this one; close it (a report says what stayed unsaved) or "
+                "resume it afresh to continue from what the new owner wrote",
+                session_id=session.id,
+            ) from exc
         except Exception as exc:
             # It may have landed all the same (a lost acknowledgement).
             self.state(session).maybe_landed = True

@@ -4,10 +4,9 @@
 `turnkeep.agent.steps` runs:
 
 - admission: one turn (or recovery) at a time per session, refused with
-  `TurnInProgressError` before anything changes; then the durability gate:
-  if the session holds events that are not durable (the last turn's flush
-  failed), the flush is retried once, and if it still fails the turn is
-  refused with `TurnNotDurableError`, the events kept in memory, in order;
+  `TurnInProgressError` before anything changes; then the durability gate
+  (`turnkeep.agent.gate`: a new id already stored is refused, and the
+  previous turn must be durable);
 - a log that ends inside a turn (a crash) is recovered before a new turn;
 - every turn ends with `turn/end` and a flush; `cancel` ends a running turn
   with status `cancelled`;
@@ -18,7 +17,7 @@
 Each turn runs in its own task, so `cancel` can reach it from anywhere and a
 streaming consumer (`stream_turn`) only watches it.
 
-A loop drives one session (`create`, `resume`): `run_turn(text)`,
+A loop drives one session (`create`, `resume`, `open`): `run_turn(text)`,
 `cancel()`, `close()`. A program serving many conversations holds one loop
 per session. The old forms that name the session (`run_turn(session_id,
 text)`) still work for one release, with a `DeprecationWarning`.
@@ -34,20 +33,26 @@ from typing import Any, Final, overload
 import attrs
 
 from turnkeep._deprecated import REMOVED_IN
+from turnkeep.agent.gate import DurabilityGate
 from turnkeep.agent.models import Model
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.steps import TurnRunner
 from turnkeep.agent.tools import Tool, validate_tools
-from turnkeep.agent.turns import Outcome, Running, TurnResult, TurnStream
+from turnkeep.agent.turns import (
+    Outcome,
+    Running,
+    TurnResult,
+    TurnStream,
+    end_stream,
+    request_cancel,
+)
 from turnkeep.errors import (
     ConfigurationError,
-    FlushError,
     TurnInProgressError,
-    TurnNotDurableError,
 )
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
-from turnkeep.session import Session
+from turnkeep.store import CloseReport
 
 __all__ = ["AgentLoop", "TurnResult", "TurnStream"]
 
@@ -100,7 +105,10 @@ class AgentLoop:
     _running: dict[str, Running] = attrs.field(
         init=False, factory=dict[str, Running], repr=False
     )
-    _unsaved: set[str] = attrs.field(init=False, factory=set[str], repr=False)
+    _gate: DurabilityGate = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._gate = DurabilityGate(self.host)
 
     # -- construction ------------------------------------------------------
 
@@ -206,6 +214,49 @@ class AgentLoop:
         loop.recovery = await loop.recover(continue_turn=continue_turn)
         return loop
 
+    @classmethod
+    async def open(
+        cls,
+        agent_id: str,
+        session_id: str,
+        *,
+        host: Host,
+        model: Model,
+        tools: Iterable[Tool] = (),
+        continue_turn: bool = False,
+        steal: bool = False,
+        instructions: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        on_event: Callable[[SessionEvent], None] | None = None,
+    ) -> AgentLoop:
+        """Continue session `session_id` if it is stored, else start it.
+
+        Race-free across processes: of two processes opening one new id,
+        one creates it and the other resumes it (or is refused while the
+        first drives it). A stored session is recovered as by `resume`.
+
+        Raises:
+            PersistenceNotConfiguredError: the host has no backend.
+            SessionLockedError: another process drives the session.
+            ConfigurationError, FlushError: as `create` and `resume`.
+        """
+        indexed = _check(agent_id, model, tools, max_steps)
+        session = await host.sessions.open(session_id, steal=steal)
+        loop = cls(
+            agent_id=agent_id,
+            host=host,
+            model=model,
+            tools=indexed,
+            session_id=session.id,
+            resumed_from=session.id if session.origin == "resumed" else None,
+            instructions=instructions,
+            max_steps=max_steps,
+            on_event=on_event,
+        )
+        if session.origin == "resumed":
+            loop.recovery = await loop.recover(continue_turn=continue_turn)
+        return loop
+
     def new_session(self, session_id: str | None = None) -> str:
         """Deprecated: start another live session; hold one loop per session.
 
@@ -272,7 +323,7 @@ class AgentLoop:
         running.sinks.append(queue.put_nowait)
         task = running.task
         assert task is not None  # noqa: S101 - set by _start
-        task.add_done_callback(_end_stream(queue))
+        task.add_done_callback(end_stream(queue))
         return TurnStream(queue, task)
 
     async def recover(
@@ -315,7 +366,7 @@ class AgentLoop:
         running = self._running.get(self._session_arg("cancel", session_id))
         if running is None or running.task is None:
             return None
-        _request_cancel(running)
+        request_cancel(running)
         outcome: Outcome = await asyncio.shield(running.task)
         return outcome.result
 
@@ -323,18 +374,25 @@ class AgentLoop:
         """Whether a turn (or recovery) is running on the session."""
         return self._session_arg("running", session_id) in self._running
 
-    async def close(self) -> None:
+    async def close(self) -> CloseReport | None:
         """Cancel running turns, then close the loop's session (flushing it).
 
+        Returns:
+            What was stored (see `SessionStore.close`), or `None` if the
+            session was not live.
+
         Raises:
-            FlushError: the session could not be flushed; it stays live.
+            FlushError: the session could not be flushed for a reason other
+                than a takeover; it stays live (`host.sessions.abandon`
+                drops it).
         """
         for running in list(self._running.values()):
             if running.task is not None:
-                _request_cancel(running)
+                request_cancel(running)
                 await asyncio.shield(running.task)
         if any(s.id == self.session_id for s in self.host.sessions.list()):
-            await self.host.sessions.close(self.session_id)
+            return await self.host.sessions.close(self.session_id)
+        return None
 
     # -- internals ---------------------------------------------------------
 
@@ -385,14 +443,14 @@ class AgentLoop:
         except asyncio.CancelledError:
             # Our caller was cancelled: end the turn cleanly, then pass it on.
             if not task.done():
-                _request_cancel(running)
+                request_cancel(running)
                 await asyncio.wait([task])
             raise
         return outcome
 
     async def _drive(self, running: Running, job: _NewTurn | _Recover) -> Outcome:
         try:
-            await self._admit(running)
+            await self._gate.admit(running)
             runner = self._runner(running)
             if isinstance(job, _Recover):
                 report, result = await runner.recover(continue_turn=job.continue_turn)
@@ -406,38 +464,6 @@ class AgentLoop:
             if running.session.turn_holder is running:
                 running.session.turn_holder = None
 
-    async def _admit(self, running: Running) -> None:
-        """The durability gate: the previous turn must be durable (R7)."""
-        session = running.session
-        if not self._needs_flush(session):
-            return
-        unsaved = self.host.unsaved(session)
-        running.phase = "flush"
-        try:
-            await self._flush(session)
-        except FlushError as exc:
-            raise TurnNotDurableError(
-                f"session {session.id!r}: the previous turn is not durable "
-                f"({unsaved} event(s) unsaved) and flushing it again failed: "
-                f"{exc}. The events stay in memory, in order; no new turn "
-                "starts until a flush lands."
-            ) from exc
-        finally:
-            running.phase = "between"
-
-    def _needs_flush(self, session: Session) -> bool:
-        if session.id in self._unsaved:
-            return True
-        return not self.host.is_settled(session)
-
-    async def _flush(self, session: Session) -> None:
-        try:
-            await session.flush()
-        except FlushError:
-            self._unsaved.add(session.id)
-            raise
-        self._unsaved.discard(session.id)
-
     def _runner(self, running: Running) -> TurnRunner:
         return TurnRunner(
             agent_id=self.agent_id,
@@ -446,33 +472,8 @@ class AgentLoop:
             instructions=self.instructions,
             max_steps=self.max_steps,
             running=running,
-            flush=self._flush,
+            flush=self._gate.flush,
         )
-
-
-def _end_stream(
-    queue: asyncio.Queue[SessionEvent | None],
-) -> Callable[[asyncio.Task[Outcome]], None]:
-    def done(task: asyncio.Task[Outcome]) -> None:
-        queue.put_nowait(None)
-        if not task.cancelled():
-            # Seen here, so a consumer that stopped iterating early does not
-            # leave "Task exception was never retrieved" behind; `result()`
-            # still raises it.
-            task.exception()
-
-    return done
-
-
-def _request_cancel(running: Running) -> None:
-    """Ask a running turn to stop; interrupt it only where that is safe."""
-    if running.cancel_requested or running.task is None:
-        return  # one request is enough; a second task.cancel() would linger
-    running.cancel_requested = True
-    # A model call or a tool is interrupted now; a flush is let finish (the
-    # turn stops at the next step boundary), so no durability point is torn.
-    if running.phase in ("model", "tool"):
-        running.task.cancel()
 
 
 def _deprecated(old: str, new: str, *, stacklevel: int) -> None:

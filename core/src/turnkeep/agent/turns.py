@@ -35,6 +35,8 @@ __all__ = [
     "TurnResult",
     "TurnStream",
     "call_id_for",
+    "end_stream",
+    "request_cancel",
 ]
 
 Phase: TypeAlias = Literal["admit", "model", "tool", "flush", "between", "end"]
@@ -147,3 +149,30 @@ class TurnStream:
         outcome = await asyncio.shield(self._task)
         assert outcome.result is not None  # noqa: S101 - a new turn always has one
         return outcome.result
+
+
+def end_stream(
+    queue: asyncio.Queue[SessionEvent | None],
+) -> Callable[[asyncio.Task[Outcome]], None]:
+    """A done-callback that ends a `TurnStream`'s queue when its turn ends."""
+
+    def done(task: asyncio.Task[Outcome]) -> None:
+        queue.put_nowait(None)
+        if not task.cancelled():
+            # Seen here, so a consumer that stopped iterating early does not
+            # leave "Task exception was never retrieved" behind; `result()`
+            # still raises it.
+            task.exception()
+
+    return done
+
+
+def request_cancel(running: Running) -> None:
+    """Ask a running turn to stop; interrupt it only where that is safe."""
+    if running.cancel_requested or running.task is None:
+        return  # one request is enough; a second task.cancel() would linger
+    running.cancel_requested = True
+    # A model call or a tool is interrupted now; a flush is let finish (the
+    # turn stops at the next step boundary), so no durability point is torn.
+    if running.phase in ("model", "tool"):
+        running.task.cancel()

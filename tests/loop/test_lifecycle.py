@@ -1,0 +1,228 @@
+"""No trapped sessions: taken-over, refused and failing sessions always close.
+
+Two hosts over one `MemoryStorage` stand for two processes. A takeover
+(`steal=True`) fences the old holder: it can still close its session (a
+report says what stayed unsaved), resume it afresh, or abandon it, and its
+host shuts down without an error. Creating an id that is already stored is
+refused before any model call; `open` resumes or creates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from tests.loop.support import (
+    GatedPlugin,
+    SharedMemory,
+    gated_host,
+    inner_factory,
+    shared_host,
+    stored_events,
+)
+
+from turnkeep import AgentLoop
+from turnkeep.errors import (
+    FlushError,
+    SessionExistsError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
+from turnkeep.events import UserMessageData
+from turnkeep.testing import EchoModel, ScriptedModel
+
+
+@pytest.mark.asyncio
+async def test_a_fenced_session_closes_with_a_report_of_what_stayed_unsaved() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as first, shared_host(shared) as second:
+        old = AgentLoop.create("a", host=first, model=EchoModel(), session_id="s")
+        await old.run_turn("one")
+        new = await AgentLoop.resume(
+            "a", "s", host=second, model=EchoModel(), steal=True
+        )
+        await new.run_turn("two, from the new owner")
+        with pytest.raises(FlushError, match="took it over"):
+            await old.run_turn("three, from the old owner")
+        session = first.sessions.get("s")
+        unsaved = first.unsaved(session)
+        assert unsaved > 0
+        report = await old.close()
+        assert report is not None
+        assert (report.outcome, report.unsaved) == ("fenced", unsaved)
+        assert report.first_unsaved_seq == len(session.events) - unsaved
+        assert "took it over" in report.reason
+        assert first.sessions.list() == []
+        assert [e.seq for e in await stored_events(second, "s")] == list(
+            range(len(second.sessions.get("s").events))
+        )
+    assert first.close_reports == []  # closed already: nothing left at shutdown
+
+
+@pytest.mark.asyncio
+async def test_shutdown_never_crashes_on_a_fenced_session(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    shared = SharedMemory()
+    first = shared_host(shared)
+    async with shared_host(shared) as second:
+        await first.start()
+        session = first.sessions.create("s")
+        session.append(UserMessageData(text="kept"))
+        await session.flush()
+        await second.sessions.resume("s", steal=True)
+        session.append(UserMessageData(text="lost to the takeover"))
+        with caplog.at_level(logging.ERROR, logger="turnkeep"):
+            reports = await first.aclose()  # no FlushError
+        assert [(r.session_id, r.outcome, r.unsaved) for r in reports] == [
+            ("s", "fenced", 1)
+        ]
+        assert first.close_reports == reports
+        assert "session 's': fenced; 1 event(s)" in caplog.text
+        assert [e.data.text for e in await stored_events(second, "s")] == ["kept"]
+
+
+@pytest.mark.asyncio
+async def test_a_fenced_session_is_resumed_afresh_with_what_the_new_owner_wrote() -> (
+    None
+):
+    shared = SharedMemory()
+    async with shared_host(shared) as first, shared_host(shared) as second:
+        old = AgentLoop.create("a", host=first, model=EchoModel(), session_id="s")
+        await old.run_turn("one")
+        stale = first.sessions.get("s")
+        new = await AgentLoop.resume(
+            "a", "s", host=second, model=EchoModel(), steal=True
+        )
+        await new.run_turn("two")
+        with pytest.raises(FlushError):
+            await old.run_turn("lost")
+        back = await AgentLoop.resume(
+            "a", "s", host=first, model=EchoModel(), steal=True
+        )
+        fresh = first.sessions.get("s")
+        assert fresh is not stale
+        assert stale.closed
+        assert [e.seq for e in fresh.events] == [
+            e.seq for e in second.sessions.get("s").events
+        ]
+        result = await back.run_turn("three")
+        assert result.turn == 3  # numbering continues after the new owner's turn
+        with pytest.raises(FlushError, match="took it over"):
+            await new.run_turn("fenced in its turn")
+        texts = [
+            e.data.text
+            for e in await stored_events(first, "s")
+            if e.type == "user/message"
+        ]
+        assert texts == ["one", "two", "three"]
+
+
+@pytest.mark.asyncio
+async def test_a_session_whose_backend_keeps_failing_can_be_abandoned(
+    tmp_path: Path,
+) -> None:
+    failing = [False]
+    plugin = GatedPlugin(
+        inner_factory("memory", tmp_path), fail=lambda _s, _e: failing[0]
+    )
+    async with gated_host(plugin) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="stored"))
+        await session.flush()
+        failing[0] = True
+        session.append(UserMessageData(text="cannot be stored"))
+        with pytest.raises(FlushError):
+            await host.sessions.close("s")
+        assert host.sessions.get("s") is session  # still live: nothing lost yet
+        report = await host.sessions.abandon("s", reason="giving up")
+        assert (report.outcome, report.unsaved, report.first_unsaved_seq) == (
+            "abandoned",
+            1,
+            1,
+        )
+        assert report.reason == "giving up"
+        with pytest.raises(SessionNotFoundError):
+            host.sessions.get("s")
+    assert host.close_reports == []
+
+
+@pytest.mark.asyncio
+async def test_shutdown_abandons_a_session_whose_backend_keeps_failing(
+    tmp_path: Path,
+) -> None:
+    plugin = GatedPlugin(inner_factory("memory", tmp_path), fail=lambda _s, _e: True)
+    host = gated_host(plugin)
+    await host.start()
+    host.sessions.create("s").append(UserMessageData(text="cannot be stored"))
+    reports = await host.aclose()
+    assert [(r.outcome, r.unsaved) for r in reports] == [("abandoned", 1)]
+    assert "could not be stored" in reports[0].reason
+
+
+@pytest.mark.asyncio
+async def test_creating_a_stored_id_is_refused_before_any_model_call() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        first = AgentLoop.create("a", host=host, model=EchoModel(), session_id="s")
+        await first.run_turn("one")
+        await first.close()
+    before = None
+    async with shared_host(shared) as host:
+        before = await stored_events(host, "s")
+        model = ScriptedModel(["never said"])
+        again = AgentLoop.create("a", host=host, model=model, session_id="s")
+        with pytest.raises(SessionExistsError, match=r"AgentLoop\.resume"):
+            await again.run_turn("two")
+        assert model.requests == []  # refused before any model call
+        assert host.sessions.list() == []  # dropped, not trapped
+    assert host.close_reports == []
+    async with shared_host(shared) as host:
+        assert await stored_events(host, "s") == before
+
+
+@pytest.mark.asyncio
+async def test_a_new_session_that_is_never_used_leaves_nothing_stored() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        AgentLoop.create("a", host=host, model=EchoModel(), session_id="empty")
+    assert shared.storage.sessions == {}
+
+
+@pytest.mark.asyncio
+async def test_open_creates_a_new_session_and_resumes_a_stored_one() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        loop = await AgentLoop.open("a", "s", host=host, model=EchoModel())
+        assert loop.resumed_from is None
+        assert (await loop.run_turn("one")).turn == 1
+        await loop.close()
+    async with shared_host(shared) as host:
+        loop = await AgentLoop.open("a", "s", host=host, model=EchoModel())
+        assert loop.resumed_from == "s"
+        assert loop.recovery is not None
+        assert not loop.recovery.recovered
+        assert (await loop.run_turn("two")).turn == 2
+
+
+@pytest.mark.asyncio
+async def test_two_processes_opening_one_new_id_never_both_create_it() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as first, shared_host(shared) as second:
+        results = await asyncio.gather(
+            first.sessions.open("s"), second.sessions.open("s"), return_exceptions=True
+        )
+        opened = [r for r in results if not isinstance(r, BaseException)]
+        refused = [r for r in results if isinstance(r, BaseException)]
+        assert len(opened) == 1
+        assert [type(r) for r in refused] == [SessionLockedError]
+        opened[0].append(UserMessageData(text="one"))
+        await opened[0].flush()
+        winner = first if opened[0] in first.sessions.list() else second
+        await winner.sessions.close("s")
+        loser = second if winner is first else first
+        again = await loser.sessions.open("s")
+        assert again.origin == "resumed"
+        assert [e.data.text for e in again.events] == ["one"]
