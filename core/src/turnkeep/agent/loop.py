@@ -15,12 +15,9 @@
   closes the turn or continues it.
 
 Each turn runs in its own task, so `cancel` can reach it from anywhere and a
-streaming consumer (`stream_turn`) only watches it.
-
-A loop drives one session (`create`, `resume`, `open`): `run_turn(text)`,
-`cancel()`, `close()`. A program serving many conversations holds one loop
-per session. The old forms that name the session (`run_turn(session_id,
-text)`) still work for one release, with a `DeprecationWarning`.
+streaming consumer (`stream_turn`) only watches it. A loop drives one
+session (`create`, `resume`, `open`); the 0.1 forms that name the session
+(`run_turn(session_id, text)`) warn, and go in 0.3.
 """
 
 from __future__ import annotations
@@ -445,6 +442,8 @@ class AgentLoop:
             if not task.done():
                 request_cancel(running)
                 await asyncio.wait([task])
+            if not task.cancelled():
+                task.exception()  # seen: our caller gets the cancellation
             raise
         return outcome
 

@@ -1,0 +1,151 @@
+"""Recovery from inside a program: settle the sessions a crash left open.
+
+A service calls `recover_interrupted(host)` when it starts (and on a
+timer). It looks at the stored sessions whose summary says a turn is
+running (`status == "active"`), reads each log without taking it, and for
+a log that ends inside a turn takes the session over the safe way: it asks
+for the writer role without stealing it, so a session whose owner is alive
+is refused and left alone. It then recovers exactly as `AgentLoop.resume`
+does — every unsafe call without a result is recorded as *interrupted,
+outcome unknown* and never run again; a safe call is run again only when
+its tool is passed in — closes the turn as interrupted, and releases the
+session, which stays resumable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import Final, Literal, TypeAlias
+
+import attrs
+
+from turnkeep.agent.loop import AgentLoop
+from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.recovery import RecoveryReport, open_turn
+from turnkeep.agent.tools import Tool
+from turnkeep.errors import (
+    ModelError,
+    SessionLockedError,
+    SessionNotFoundError,
+    TurnkeepError,
+)
+from turnkeep.host import Host
+
+__all__ = ["SWEEP_AGENT_ID", "SweepAction", "SweepResult", "recover_interrupted"]
+
+SWEEP_AGENT_ID: Final = "turnkeep-recovery"
+"""The agent id recovery runs under (recorded nowhere in the log)."""
+
+SweepAction: TypeAlias = Literal["recovered", "clean", "held", "failed"]
+"""What the sweep did with a session: settled a cut-off turn; found it ended
+cleanly (only read); left it alone because its owner is alive; could not."""
+
+
+@attrs.frozen
+class SweepResult:
+    """What the sweep did with one session.
+
+    Attributes:
+        session_id: the session.
+        action: see `SweepAction`.
+        report: recovery's report (for `recovered`).
+        error: why it failed (for `failed`) or who holds it (for `held`).
+    """
+
+    session_id: str
+    action: SweepAction
+    report: RecoveryReport | None = None
+    error: str | None = None
+
+
+class _NoModel:
+    """Recovery here closes cut-off turns; it never asks a model."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        """Refuse: the sweep does not call models."""
+        raise ModelError("recovery of interrupted sessions does not call models")
+        yield  # pragma: no cover - makes this an async generator
+
+
+async def recover_interrupted(
+    host: Host,
+    *,
+    session_ids: Iterable[str] | None = None,
+    tools: Iterable[Tool] = (),
+    page_size: int = 100,
+) -> list[SweepResult]:
+    """Settle every stored session a crash left inside a turn.
+
+    Args:
+        host: a started host with a persistence backend.
+        session_ids: the sessions to look at (default: every stored session
+            whose summary says a turn is running).
+        tools: tools whose `safe` calls may be run again; without them every
+            call left without a result is recorded as interrupted.
+        page_size: how many summaries to read per `list` call.
+
+    Returns:
+        One result per session looked at, in the order looked at. A session
+        live in this host is skipped (it is driven here).
+
+    Raises:
+        PersistenceNotConfiguredError: the host has no backend.
+    """
+    backend = host.require_persistence()
+    tools = list(tools)
+    if session_ids is None:
+        candidates = [
+            i async for i in _running_turns(host, page_size) if not _live(host, i)
+        ]
+    else:
+        candidates = [i for i in session_ids if not _live(host, i)]
+    results: list[SweepResult] = []
+    for session_id in candidates:
+        try:
+            loaded = await backend.load(session_id)
+            events = host.codec.decode_log(loaded.events, session_id=session_id)
+            if open_turn(events) is None:
+                results.append(SweepResult(session_id, "clean"))
+                continue
+            results.append(await _recover(host, session_id, tools))
+        except SessionNotFoundError as exc:
+            if session_ids is None:
+                continue  # deleted since it was listed
+            results.append(SweepResult(session_id, "failed", error=str(exc)))
+        except TurnkeepError as exc:
+            results.append(SweepResult(session_id, "failed", error=str(exc)))
+    return results
+
+
+async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResult:
+    try:
+        # No steal: an owner that is alive keeps its session.
+        loop = await AgentLoop.resume(
+            SWEEP_AGENT_ID, session_id, host=host, model=_NoModel(), tools=tools
+        )
+    except SessionLockedError as exc:
+        return SweepResult(session_id, "held", error=str(exc))
+    report = loop.recovery
+    closed = await loop.close()
+    if closed is not None and not closed.saved:
+        return SweepResult(session_id, "failed", report=report, error=closed.reason)
+    if report is None or not report.recovered:
+        return SweepResult(session_id, "clean")  # finished by its owner meanwhile
+    return SweepResult(session_id, "recovered", report=report)
+
+
+async def _running_turns(host: Host, page_size: int) -> AsyncIterator[str]:
+    backend = host.require_persistence()
+    cursor: str | None = None
+    while True:
+        page = await backend.list(limit=page_size, cursor=cursor)
+        for meta in page.items:
+            if meta.summary.status == "active":
+                yield meta.id
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+def _live(host: Host, session_id: str) -> bool:
+    return any(s.id == session_id for s in host.sessions.list())
