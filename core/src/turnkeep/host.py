@@ -344,7 +344,8 @@ class Host:
             FlushError: an implementation failed, or the host is closed (a
                 flush can no longer make anything durable).
         """
-        await self._reloader.wait()
+        if self._reloader.swapping:
+            await self._reloader.wait()
         if self._closed:
             raise FlushError(
                 f"session {session.id!r}: the host is closed; nothing can be "

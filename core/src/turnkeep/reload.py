@@ -87,6 +87,11 @@ class Reloader:
     _gate: asyncio.Event | None = attrs.field(init=False, default=None)
     _lock: asyncio.Lock = attrs.field(init=False, factory=asyncio.Lock)
 
+    @property
+    def swapping(self) -> bool:
+        """Whether a swap is in progress (flushes then wait for it)."""
+        return self._gate is not None
+
     async def wait(self) -> None:
         """Return once no swap is in progress."""
         while self._gate is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar, overload
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar, cast, overload
 
 import attrs
 import msgspec
@@ -58,6 +58,9 @@ from turnkeep.persistence import SessionPersistence
 __all__ = ["Session", "SessionHooks", "SessionOrigin"]
 
 E = TypeVar("E", bound=SessionEvent)
+
+_NO_DATA: Final = object()
+"""`append`'s second argument when only a payload is given."""
 
 SessionOrigin: TypeAlias = Literal["new", "seeded", "forked", "resumed"]
 """How a live session came to be: its events since seq 0 are new; were given
@@ -212,7 +215,7 @@ class Session:
     @overload
     def append(self, kind: type[E], data: object, /) -> E: ...
 
-    def append(self, *args: Any) -> SessionEvent:
+    def append(self, first: object, data: object = _NO_DATA, /) -> SessionEvent:
         """Append an event with payload `data` and emit it.
 
         `session.append(UserMessageData(text="hi"))`: the event type is the
@@ -234,13 +237,14 @@ class Session:
                 serialisable or too large); it was not appended and nothing
                 buffered it.
         """
-        if len(args) == 1:
-            data: object = args[0]
-            kind = self._kinds.get(type(data))
-            if kind is None:
-                raise EventTypeError(_unknown_payload(data))
+        if data is _NO_DATA:
+            data = first
+            try:
+                kind = self._kinds[type(data)]
+            except KeyError:
+                raise EventTypeError(_unknown_payload(data)) from None
         else:
-            kind, data = args
+            kind = cast("type[SessionEvent]", first)
             if self._kinds.get(type(data)) is kind:
                 warnings.warn(
                     f"session.append({kind.__name__}, data) is deprecated and "

@@ -159,7 +159,7 @@ class WriteBehind:
             FlushError: the registration failed otherwise.
         """
         try:
-            await self._ensure_created(session)
+            await self._ensure_created(session, self.state(session))
         except FlushError as exc:
             if isinstance(exc.__cause__, SessionExistsError | SessionLockedError):
                 raise exc.__cause__ from None
@@ -176,7 +176,10 @@ class WriteBehind:
     @hookimpl(tryfirst=True)
     def session_event(self, session: Session, event: SessionEvent) -> None:
         """Snapshot the event into the session's pending writes."""
-        writes = self._states.get(session) or self.state(session)
+        try:
+            writes = self._states[session]
+        except KeyError:
+            writes = self.state(session)
         pending = writes.pending
         buffered = writes.persisted + len(pending)
         if buffered == event.seq:
@@ -209,7 +212,7 @@ class WriteBehind:
         self._states[session] = _initial_state(session)
         if session.origin == "resumed":
             return
-        self._catch_up(session)
+        self._catch_up(session, self.state(session))
         self._start_init(session)
 
     @hookimpl
@@ -227,10 +230,11 @@ class WriteBehind:
     def plugin_apply(self, host: PluginHost) -> None:
         """Adopt the sessions that are already live."""
         for session in host.sessions.list():
-            if self._known(session):
+            writes = self.state(session)
+            if self._known(writes):
                 continue
             try:
-                self._catch_up(session)
+                self._catch_up(session, writes)
             except EventRejectedError:
                 continue  # reported by the next flush, which retries it
             self._start_init(session)
@@ -267,19 +271,17 @@ class WriteBehind:
 
     # -- internals ---------------------------------------------------------
 
-    def _known(self, session: Session) -> bool:
+    def _known(self, writes: WriteState) -> bool:
         """Whether this backend can take the session's appends right now.
 
         A stored session (loaded, or with a durable flush) is known to any
         instance of the backend; one with nothing durable yet is known only
         to the instance it was registered with (backends create lazily).
         """
-        writes = self.state(session)
         return writes.created or writes.registered_with is self
 
-    def _catch_up(self, session: Session) -> None:
+    def _catch_up(self, session: Session, writes: WriteState) -> None:
         """Snapshot events the state has not seen yet (seed, adoption)."""
-        writes = self.state(session)
         events = session.events
         start = writes.persisted + len(writes.pending)
         snapshot = self.codec.snapshot
@@ -288,7 +290,7 @@ class WriteBehind:
 
     def _start_init(self, session: Session) -> None:
         writes = self.state(session)
-        if self._known(session) or writes.init_owner is self or self._disposed:
+        if self._known(writes) or writes.init_owner is self or self._disposed:
             return  # (a disposing instance leaves it to its successor)
         try:
             loop = asyncio.get_running_loop()
@@ -306,7 +308,7 @@ class WriteBehind:
             # not race this one; its outcome no longer matters.
             with contextlib.suppress(Exception):
                 await asyncio.shield(earlier)
-        if self._known(session):
+        if self._known(writes):
             return
         meta = session.meta
         try:
@@ -323,9 +325,8 @@ class WriteBehind:
         writes.registered_with = self
         writes.stored_summary = meta.summary
 
-    async def _ensure_created(self, session: Session) -> None:
-        writes = self.state(session)
-        if self._known(session):
+    async def _ensure_created(self, session: Session, writes: WriteState) -> None:
+        if self._known(writes):
             return
         init = writes.init
         if init is None or writes.init_owner is not self:
@@ -346,28 +347,29 @@ class WriteBehind:
                 f"{self.name!r}: {exc}",
                 session_id=session.id,
             ) from exc
-        if self._known(session):
+        if self._known(writes):
             writes.init = writes.init_owner = None
 
     async def _drain(self, session: Session) -> None:
         writes = self.state(session)
         async with writes.lock:
-            await self._ensure_created(session)
-            writes.discard_from(len(session.events))
-            try:
-                self._catch_up(session)
-            except EventRejectedError as exc:
-                raise FlushError(
-                    f"session {session.id!r}: {exc}", session_id=session.id
-                ) from exc
+            await self._ensure_created(session, writes)
+            events = session.events
+            if writes.persisted + len(writes.pending) != len(events):
+                writes.discard_from(len(events))
+                try:
+                    self._catch_up(session, writes)
+                except EventRejectedError as exc:
+                    raise FlushError(
+                        f"session {session.id!r}: {exc}", session_id=session.id
+                    ) from exc
             if writes.pending:
-                events = session.events
                 start = writes.persisted
                 batch = [
                     EventRecord(seq, events[seq].type, events[seq].time, raw)
                     for seq, raw in enumerate(writes.pending, start)
                 ]
-                await self._append(session, batch)
+                await self._append(session, writes, batch)
             summary = session.summary
             if summary is not writes.stored_summary:
                 try:
@@ -380,7 +382,9 @@ class WriteBehind:
                     ) from exc
                 writes.stored_summary = summary
 
-    async def _append(self, session: Session, batch: Sequence[EventRecord]) -> None:
+    async def _append(
+        self, session: Session, writes: WriteState, batch: Sequence[EventRecord]
+    ) -> None:
         try:
             await self.backend.append(session.id, batch)
         except SequenceError as exc:
@@ -397,13 +401,13 @@ class WriteBehind:
                 ) from exc
             # An earlier, failed-looking append had in fact landed `landed`
             # records: acknowledge them and send only the rest.
-            self._acknowledge(session, landed)
+            _acknowledge(writes, landed)
             rest = batch[landed:]
             if rest:
-                await self._append(session, rest)
+                await self._append(session, writes, rest)
             return
         except SessionFencedError as exc:
-            self.state(session).fenced = True
+            writes.fenced = True
             raise FlushError(
                 f"session {session.id!r}: another process took it over, so "
                 f"{len(batch)} event(s) from seq {batch[0].seq} cannot be stored "
@@ -413,21 +417,21 @@ class WriteBehind:
             ) from exc
         except Exception as exc:
             # It may have landed all the same (a lost acknowledgement).
-            self.state(session).maybe_landed = True
+            writes.maybe_landed = True
             raise FlushError(
                 f"session {session.id!r}: {len(batch)} event(s) from seq "
                 f"{batch[0].seq} could not be stored in {self.name!r}: {exc}. "
                 "They stay buffered; the next flush retries them.",
                 session_id=session.id,
             ) from exc
-        self._acknowledge(session, len(batch))
+        _acknowledge(writes, len(batch))
 
-    def _acknowledge(self, session: Session, count: int) -> None:
-        writes = self.state(session)
-        del writes.pending[:count]
-        writes.persisted += count
-        writes.created = True
-        writes.maybe_landed = False
+
+def _acknowledge(writes: WriteState, count: int) -> None:
+    del writes.pending[:count]
+    writes.persisted += count
+    writes.created = True
+    writes.maybe_landed = False
 
 
 def _initial_state(session: Session) -> WriteState:
