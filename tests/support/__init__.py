@@ -11,4 +11,6 @@
 - `worker_client`: `Worker` (drives a `serve` worker in JSON lines),
   `spawned_workers` (behind each directory's `spawn_worker` fixture) and
   `worker_argv`.
+- `pgserver`: the PostgreSQL test server (DSN, whether it is up, and
+  `require_server`: skip only where no server is installed, else fail).
 """
