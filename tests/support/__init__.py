@@ -12,5 +12,8 @@
   `spawned_workers` (behind each directory's `spawn_worker` fixture) and
   `worker_argv`.
 - `pgserver`: the PostgreSQL test server (DSN, whether it is up, and
-  `require_server`: skip only where no server is installed, else fail).
+  `require_server`: skip only where no server is installed, else fail) and
+  `throwaway_cluster`, a cluster of a test's own to crash.
+- `skipguard`: a pytest plugin failing a run in which a `postgres` test
+  skipped where PostgreSQL is required.
 """
