@@ -7,7 +7,8 @@ dispose returned. Violations fail the test that caused them.
 Tests marked `soak` (long, seeded runs) are skipped unless pytest runs with
 `--soak` (as `make soak` does) or `TURNKEEP_SOAK=1` is set. Where PostgreSQL
 is required, a skipped `postgres` test fails the run
-(`tests/support/skipguard.py`).
+(`tests/support/skipguard.py`). With `--durations`, the summary sums test
+time by test directory (`tests/support/timing.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from turnkeep.host import Host
 from turnkeep.plugins import PluginSet
 from turnkeep.testing import HookMonitor
 
-pytest_plugins = ["pytester", "tests.support.skipguard"]
+pytest_plugins = ["pytester", "tests.support.skipguard", "tests.support.timing"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

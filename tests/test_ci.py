@@ -1,4 +1,4 @@
-"""CI cannot go green without the PostgreSQL tests where PostgreSQL is installed.
+"""CI and the test tooling: no green run without the PostgreSQL tests, timings.
 
 - `.ci/run` stops with an error when the installed server will not start,
   and otherwise runs `make test` with `TURNKEEP_REQUIRE_POSTGRES=1`. It runs
@@ -6,6 +6,9 @@
   the machine's server is never touched and the suite does not recurse.
 - `tests/support/skipguard.py` fails a run in which a `postgres` test
   skipped where PostgreSQL is required (checked in a pytester run).
+- `tests/support/timing.py` sums test time by directory under `--durations`.
+- `make test-fast` keeps core, the loop, the memory backend's conformance
+  and a JSONL and a SQLite smoke test, and every entry it names exists.
 """
 
 from __future__ import annotations
@@ -98,3 +101,63 @@ def test_skipped_postgres_tests_pass_where_none_is_installed(
     result = _guarded_run(pytester, monkeypatch, required=False)
     result.assert_outcomes(passed=1, skipped=2)
     assert result.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "group"),
+    [
+        ("tests/core/test_codec.py::test_x", "tests/core"),
+        ("tests/plugins/jsonl/test_kill.py::test_x[3]", "tests/plugins/jsonl"),
+        ("tests/loop/test_loop.py::TestA::test_b", "tests/loop"),
+        ("tests/test_docs.py::test_x", "tests"),
+    ],
+)
+def test_test_time_is_grouped_by_directory(nodeid: str, group: str) -> None:
+    from tests.support.timing import group_of
+
+    assert group_of(nodeid) == group
+
+
+def test_the_group_summary_prints_only_with_durations(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.mkdir("tests")
+    pytester.mkdir("tests/core")
+    pytester.makepyfile(**{"tests/core/test_a": "def test_a(): pass\n"})
+    pytester.makepyfile(**{"tests/test_b": "def test_b(): pass\ndef test_c(): pass\n"})
+    quiet = pytester.runpytest_inprocess("-p", "tests.support.timing")
+    assert "time by test group" not in quiet.stdout.str()
+    result = pytester.runpytest_inprocess("-p", "tests.support.timing", "--durations=1")
+    out = result.stdout.str().split("time by test group")[1]
+    lines = [line.split() for line in out.splitlines()[1:4]]
+    assert sorted(line[1:] for line in lines) == [
+        ["tests", "2", "tests"],
+        ["tests/core", "1", "tests"],
+        ["total"],
+    ]
+
+
+def _make_variable(name: str) -> list[str]:
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.startswith(f"{name} :="):
+            return line.split(":=", 1)[1].split()
+    raise AssertionError(f"no {name} in the Makefile")
+
+
+def test_test_fast_covers_core_and_a_smoke_of_each_embedded_backend() -> None:
+    from turnkeep.conformance import PersistenceContract
+
+    paths = _make_variable("FAST_TESTS")
+    core = {"tests/core", "tests/loop", "tests/conformance/test_memory.py"}
+    assert core <= set(paths)
+    for backend in ("jsonl", "sqlite"):
+        assert any(p.startswith(f"tests/plugins/{backend}/") for p in paths), backend
+    for path in paths:  # a stale entry would make pytest stop with "not found"
+        file, _, node = path.partition("::")
+        assert (ROOT / file).exists(), f"{file} does not exist"
+        test = node.rsplit("::", 1)[-1]
+        if test:
+            defined = f"def {test}(" in (ROOT / file).read_text()
+            assert defined or hasattr(PersistenceContract, test), f"no test {path}"

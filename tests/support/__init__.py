@@ -16,4 +16,6 @@
   `throwaway_cluster`, a cluster of a test's own to crash.
 - `skipguard`: a pytest plugin failing a run in which a `postgres` test
   skipped where PostgreSQL is required.
+- `timing`: a pytest plugin summing test time per test directory (with
+  `--durations`, as `make test` runs).
 """
