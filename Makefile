@@ -13,11 +13,18 @@ install: ## Install every workspace member and the dev tools into .venv
 demo: ## The main job: an example agent on the default store, crash and resume
 	$(SYNC) && $(UV) run --no-sync python scripts/demo.py
 
-test: ## The whole test suite (PostgreSQL tests skip without a server)
-	$(SYNC) && $(UV) run --no-sync pytest -n auto
+# The edit-test loop's tests: core and the agent loop, the memory backend's
+# conformance, and one store-and-load smoke test each of JSONL and SQLite.
+# `make test` (what CI runs) is the only complete run.
+FAST_TESTS := tests/core tests/loop tests/conformance/test_memory.py \
+	tests/plugins/jsonl/test_conformance.py::TestJsonlBackend::test_a_conversation_round_trips \
+	tests/plugins/sqlite/test_conformance.py::TestSqliteBackend::test_a_conversation_round_trips
 
-test-fast: ## The edit-test loop: everything but crash, slow and soak tests, stop at the first failure
-	$(SYNC) && $(UV) run --no-sync pytest -n auto -x -m "not crash and not slow"
+test: ## The whole suite, what CI runs; prints the slowest tests and test groups
+	$(SYNC) && $(UV) run --no-sync pytest -n auto --durations=25
+
+test-fast: ## The edit-test loop: core, loop, memory conformance, a JSONL and a SQLite smoke; stops at the first failure
+	$(SYNC) && $(UV) run --no-sync pytest -n auto -x -m "not crash and not slow" $(FAST_TESTS)
 
 lint: ## ruff check and format check
 	$(SYNC) && $(UV) run --no-sync ruff check . && $(UV) run --no-sync ruff format --check .

@@ -5,7 +5,10 @@ contiguous per session, and no plugin receives `session_event` after its
 dispose returned. Violations fail the test that caused them.
 
 Tests marked `soak` (long, seeded runs) are skipped unless pytest runs with
-`--soak` (as `make soak` does) or `TURNKEEP_SOAK=1` is set.
+`--soak` (as `make soak` does) or `TURNKEEP_SOAK=1` is set. Where PostgreSQL
+is required, a skipped `postgres` test fails the run
+(`tests/support/skipguard.py`). With `--durations`, the summary sums test
+time by test directory (`tests/support/timing.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from turnkeep.host import Host
 from turnkeep.plugins import PluginSet
 from turnkeep.testing import HookMonitor
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.skipguard", "tests.support.timing"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

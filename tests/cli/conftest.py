@@ -3,8 +3,8 @@
 Every test runs in its own working directory with no `TURNKEEP_*`
 configuration from the environment, so only what the test sets up selects
 a backend. `store` is parametrised over the embedded backends; `pg_store`
-gives a fresh PostgreSQL schema under the lock the PostgreSQL suite shares
-with its server-crash tests (and skips without a server).
+gives a fresh PostgreSQL schema (failing where the server is down, skipping
+only where none is installed: `tests/support/pgserver.py`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,17 @@ from pathlib import Path
 import msgspec
 import psycopg
 import pytest
-from psycopg import sql
 from tests.cli.support import BACKENDS, Store
-from tests.plugins.postgres.conftest import DSN, START_HINT, server_up, suite_lock
+from tests.support import pgserver
+from tests.support.pgserver import DSN
 
 HOLDER = Path(__file__).parent / "_holder.py"
-_KEEP = {"TURNKEEP_SOAK", "TURNKEEP_SEED", "TURNKEEP_TEST_POSTGRES_DSN"}
+_KEEP = {
+    "TURNKEEP_SOAK",
+    "TURNKEEP_SEED",
+    "TURNKEEP_TEST_POSTGRES_DSN",
+    "TURNKEEP_REQUIRE_POSTGRES",
+}
 _schemas = itertools.count()
 
 
@@ -63,26 +68,17 @@ def sqlite_store(tmp_path: Path) -> Store:
     return make_store("sqlite", tmp_path)
 
 
-def _drop(schema: str) -> None:
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-        )
-
-
 @pytest.fixture
 def pg_store(tmp_path: Path) -> Iterator[Store]:
-    """A PostgreSQL store in a fresh schema (skips without a server)."""
-    with suite_lock(exclusive=False):
-        if not server_up():
-            pytest.skip(START_HINT)
-        schema = f"tk_cli_{os.getpid()}_{next(_schemas)}"
-        _drop(schema)
-        try:
-            yield Store("postgres", tmp_path / "pg", dsn=DSN, schema=schema)
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                _drop(schema)
+    """A PostgreSQL store in a fresh schema (see `pgserver.require_server`)."""
+    pgserver.require_server()
+    schema = f"tk_cli_{os.getpid()}_{next(_schemas)}"
+    pgserver.drop_schema(schema)
+    try:
+        yield Store("postgres", tmp_path / "pg", dsn=DSN, schema=schema)
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            pgserver.drop_schema(schema)
 
 
 @pytest.fixture

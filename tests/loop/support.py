@@ -3,8 +3,10 @@
 - `SpyTool`: a tool that records every invocation (the "spy" that proves the
   loop never re-runs an unsafe call), optionally blocking until released.
 - `backend_host_config(name, root)`: a `Config` selecting one real backend
-  (`jsonl`, `sqlite`) or `memory`, by configuration only; `backend_ready`
-  skips a test whose backend is not installed or not functional yet.
+  (`jsonl`, `sqlite`, `postgres`) or `memory`, by configuration only;
+  `backend_ready` fails a test whose backend cannot store and load an event
+  (it skips only a third-party backend that is not installed, and PostgreSQL
+  where no server is installed at all).
 - `SharedMemory`: a plugin whose `shared` backend keeps sessions in one
   `MemoryStorage`, so several hosts act like several processes.
 - `Gated`: a `SessionPersistence` wrapper that delays or fails appends, and
@@ -17,16 +19,18 @@ import asyncio
 import importlib
 import os
 import random
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import pytest
+from tests.support import pgserver
 
 from turnkeep import Config, Host, SessionEvent, ToolContext, hookimpl
 from turnkeep.config import structure_config
-from turnkeep.errors import StorageError, UnknownBackendError
+from turnkeep.errors import PluginNotFoundError, StorageError, UnknownBackendError
 from turnkeep.events import ReplayPolicy, UserMessageData
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import (
@@ -89,11 +93,18 @@ class SpyTool:
 
 
 def backend_options(name: str, root: Path) -> dict[str, Any]:
-    """The options table that puts backend `name`'s store under `root`."""
+    """The options table that puts backend `name`'s store under `root`.
+
+    PostgreSQL's store is a schema on the test server named after this
+    process and `root` (the caller drops it when done).
+    """
     if name == "sqlite":
         return {"path": str(root / "store" / "sessions.sqlite3")}
     if name == "jsonl":
         return {"path": str(root / "store")}
+    if name == "postgres":
+        tag = zlib.crc32(str(root).encode())
+        return {"dsn": pgserver.DSN, "schema": f"tk_loop_{os.getpid()}_{tag}"}
     return {}
 
 
@@ -117,10 +128,43 @@ def backend_toml(name: str, root: Path) -> str:
     return f'persistence = "{name}"\n\n[backends.{name}]\n{options}\n'
 
 
-_READY: dict[str, str | None] = {}
+SHIPPED = frozenset({"memory", "jsonl", "sqlite", "postgres"})
+"""The backends this repository ships: a failed probe fails the test, never skips."""
 
 
-async def _probe(name: str, root: Path) -> str | None:
+@attrs.frozen
+class Unready:
+    """Why a backend cannot run a test; `skip` only where it is not installed."""
+
+    skip: bool
+    reason: str
+
+    def act(self) -> NoReturn:
+        """Skip or fail the calling test with the reason."""
+        if self.skip:
+            pytest.skip(self.reason)
+        pytest.fail(self.reason, pytrace=False)
+
+
+_READY: dict[str, Unready | None] = {}
+
+
+def _not_installed(name: str, exc: Exception) -> Unready:
+    if name in SHIPPED:
+        return Unready(
+            skip=False,
+            reason=f"the {name} backend ships in this repository but is not "
+            f"installed in this environment (run `make install`): {exc}",
+        )
+    return Unready(
+        skip=True, reason=f"the third-party {name} backend is not installed: {exc}"
+    )
+
+
+async def _probe(name: str, root: Path) -> Unready | None:
+    """Store one event through backend `name` and load it back; what failed."""
+    if name == "postgres" and not pgserver.server_up():
+        return Unready(skip=not pgserver.required(), reason=pgserver.START_HINT)
     try:
         async with Host(backend_host_config(name, root)) as host:
             session = host.sessions.create("probe")
@@ -129,35 +173,44 @@ async def _probe(name: str, root: Path) -> str | None:
             await host.sessions.close("probe")
             resumed = await host.sessions.resume("probe")
             if len(resumed.events) != 1:
-                return f"{name}: a stored event did not load back"
+                return Unready(False, f"{name}: a stored event did not load back")
             await host.sessions.close("probe")
-    except UnknownBackendError:
-        return f"the {name} backend is not registered (turnkeep-{name} not ready)"
+    except (UnknownBackendError, PluginNotFoundError) as exc:
+        return _not_installed(name, exc)
     except Exception as exc:
-        return f"the {name} backend does not work yet: {type(exc).__name__}: {exc}"
+        return Unready(
+            skip=False,
+            reason=f"the {name} backend failed to store and load one event: "
+            f"{type(exc).__name__}: {exc}",
+        )
+    finally:
+        if name == "postgres":
+            pgserver.drop_schema(backend_options(name, root)["schema"])
     return None
 
 
 def backend_ready(name: str, tmp_path: Path) -> None:
-    """Skip the calling test if backend `name` cannot store and load yet."""
-    if name == "memory":
-        return
+    """Fail the calling test unless backend `name` stores and loads an event.
+
+    Only a third-party backend that is not installed skips (as does
+    PostgreSQL where no server is installed at all); an error of a backend
+    this repository ships fails every test that needs it. The verdict is
+    probed once per process.
+    """
     if name not in _READY:
         _READY[name] = asyncio.run(_probe(name, tmp_path / f"probe-{name}"))
-    reason = _READY[name]
-    if reason is not None:
-        pytest.skip(reason)
+    unready = _READY[name]
+    if unready is not None:
+        unready.act()
 
 
 async def backend_ready_async(name: str, tmp_path: Path) -> None:
     """`backend_ready` for async tests (no nested event loop)."""
-    if name == "memory":
-        return
     if name not in _READY:
         _READY[name] = await _probe(name, tmp_path / f"probe-{name}")
-    reason = _READY[name]
-    if reason is not None:
-        pytest.skip(reason)
+    unready = _READY[name]
+    if unready is not None:
+        unready.act()
 
 
 def inner_factory(name: str, root: Path) -> Callable[[], SessionPersistence]:

@@ -11,4 +11,11 @@
 - `worker_client`: `Worker` (drives a `serve` worker in JSON lines),
   `spawned_workers` (behind each directory's `spawn_worker` fixture) and
   `worker_argv`.
+- `pgserver`: the PostgreSQL test server (DSN, whether it is up, and
+  `require_server`: skip only where no server is installed, else fail) and
+  `throwaway_cluster`, a cluster of a test's own to crash.
+- `skipguard`: a pytest plugin failing a run in which a `postgres` test
+  skipped where PostgreSQL is required.
+- `timing`: a pytest plugin summing test time per test directory (with
+  `--durations`, as `make test` runs).
 """

@@ -1,14 +1,12 @@
-"""Fixtures of the turnkeep-postgres tests: the server, schemas, locks, seeds.
+"""Fixtures of the turnkeep-postgres tests: the server, schemas, seeds.
 
 The server comes from `TURNKEEP_TEST_POSTGRES_DSN` (default: the machine's,
-`postgresql://postgres@127.0.0.1:5432/test`). Without one every test here
-skips, saying how to start it. Each test gets its own schema, dropped
-afterwards, so runs (and xdist workers) never see each other's rows.
-
-Server-crash tests stop the shared server. Every test of this directory
-holds a shared lock on a lock file while it runs; a crash test takes it
-exclusively, so it runs alone and the others wait (under xdist too), and it
-restarts the server before it lets go, also when it fails.
+`postgresql://postgres@127.0.0.1:5432/test`; see `tests/support/pgserver.py`).
+Where it is down, every test here fails, saying how to start it; only where
+no PostgreSQL server is installed at all do they skip. Each test gets its
+own schema, dropped afterwards, so runs (and xdist workers) never see each
+other's rows. No test stops this server: the server-crash tests crash a
+throwaway cluster of their own.
 
 Soak sizes (`@pytest.mark.soak`) run only with `--soak` or `TURNKEEP_SOAK=1`
 (the root conftest skips them otherwise).
@@ -17,84 +15,33 @@ Soak sizes (`@pytest.mark.soak`) run only with `--soak` or `TURNKEEP_SOAK=1`
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import os
 import random
-import tempfile
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 import pytest_asyncio
 from psycopg import sql
+from tests.support import pgserver
+from tests.support.pgserver import DSN
 from tests.support.worker_client import SpawnWorker, spawned_workers
 from tests.support.workload import seeded_rng
 
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
-DSN = os.environ.get(
-    "TURNKEEP_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"
-)
-LOCK_FILE = Path(tempfile.gettempdir()) / "turnkeep-postgres-tests.lock"
-GATE_FILE = Path(tempfile.gettempdir()) / "turnkeep-postgres-tests.gate"
-START_HINT = (
-    "no PostgreSQL server at TURNKEEP_TEST_POSTGRES_DSN "
-    f"({DSN.split('@')[-1]}); start the machine's server with "
-    "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` "
-    "or point TURNKEEP_TEST_POSTGRES_DSN at one"
-)
-
-_reachable: list[bool] = []
+_up: list[bool] = []
 _schemas = itertools.count()
 
 
-def server_up(timeout: int = 3) -> bool:
-    """Whether the test server accepts a connection now."""
-    try:
-        with psycopg.connect(DSN, connect_timeout=timeout, autocommit=True) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def suite_lock(*, exclusive: bool) -> Generator[None]:
-    """Hold the lock file shared (normal tests) or exclusive (server crashes).
-
-    A gate lock gives the exclusive taker precedence: it holds the gate while
-    it waits, and shared takers pass the gate before they take their share,
-    so a stream of shared holders cannot starve it.
-    """
-    gate = os.open(GATE_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        if exclusive:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        else:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        yield
-    finally:
-        os.close(fd)  # closing releases the locks
-        os.close(gate)
-
-
 @pytest.fixture(autouse=True)
-def postgres_server(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Skip without a server; hold the suite lock (shared unless `crash_server`)."""
-    exclusive = "crash_server" in request.fixturenames
-    with suite_lock(exclusive=exclusive):
-        if not _reachable:
-            _reachable.append(server_up())
-        if not _reachable[0] and not server_up():
-            pytest.skip(START_HINT)
-        _reachable[0] = True
-        yield
+def postgres_server() -> None:
+    """Fail (or skip, where no server is installed) unless the server is up."""
+    if not _up:
+        pgserver.require_server()
+        _up.append(True)
 
 
 def schema_shape(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
@@ -112,22 +59,15 @@ def schema_shape(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, 
     return [*shape, *indexes]
 
 
-def _drop(schema: str) -> None:
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-        )
-
-
 @pytest.fixture
 def schema(postgres_server: None) -> Iterator[str]:
     """A fresh schema name for this test (dropped afterwards)."""
     del postgres_server
     name = f"tk_test_{os.getpid()}_{next(_schemas)}"
-    _drop(name)
+    pgserver.drop_schema(name)
     yield name
     with contextlib.suppress(psycopg.Error):
-        _drop(name)
+        pgserver.drop_schema(name)
 
 
 @pytest.fixture

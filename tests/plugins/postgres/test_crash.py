@@ -12,13 +12,15 @@
    takeover, 10 more turns append and reload intact.
    CI: 150 trials in 5 chunks (xdist spreads them), half the plan's 300 as
    `docs/reliability.md` allows for the CI tier. Soak: 5,000.
-3. Server crash. The same writer runs; at a random point the test stops the
-   server with `pg_ctlcluster ... stop -m immediate` (no checkpoint: WAL
+3. Server crash. The same writer runs against a throwaway cluster of the
+   test's own (`initdb` into a temporary directory, as the `postgres` user,
+   on a Unix socket there; `tests/support/pgserver.py`); at a random point
+   the test stops it with `pg_ctl stop -m immediate` (no checkpoint: WAL
    replay on start, as after a power cut of the server process), starts it
    again, and checks every ACKed turn is there and no partial one. CI: 10
-   trials (half the plan's 20; each restart takes seconds); soak: 300.
-   These tests hold the suite's lock exclusively (no other PostgreSQL test
-   runs meanwhile) and start the server again in any case.
+   trials (half the plan's 20; each restart takes seconds); soak: 300. The
+   machine's shared server is never stopped: the test checks its start
+   time did not change.
 """
 
 from __future__ import annotations
@@ -26,22 +28,24 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import conninfo
+from tests.support.pgserver import (
+    ThrowawayCluster,
+    postmaster_start_time,
+    throwaway_cluster,
+)
 from tests.support.worker_client import SpawnWorker, Worker
 from tests.support.workload import POSTGRES_WORKLOAD
 
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
-from .conftest import DSN, server_up
+from .conftest import DSN
 
 pytestmark = pytest.mark.postgres
 
@@ -193,72 +197,20 @@ async def test_kill_9_of_the_client_soak(
 # -- server crash ------------------------------------------------------------------
 
 
-def _cluster() -> list[str] | None:
-    """`[version, name]` of the local cluster on the test port, if we control it."""
-    if shutil.which("pg_ctlcluster") is None or os.geteuid() != 0:
-        return None
-    if "127.0.0.1" not in DSN and "localhost" not in DSN:
-        return None
-    override = os.environ.get("TURNKEEP_TEST_POSTGRES_CLUSTER")  # e.g. "15 main"
-    if override:
-        return override.split()
-    port = conninfo.conninfo_to_dict(DSN).get("port") or "5432"
-    listing = subprocess.run(
-        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=False
-    )
-    for line in listing.stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 3 and fields[2] == str(port):
-            return fields[:2]
-    return None
-
-
-def _ctl(cluster: list[str], action: str, *extra: str) -> None:
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, action, *extra],
-        check=True,
-        capture_output=True,
-    )
-
-
-def _wait_ready(within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not server_up(timeout=2):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the PostgreSQL server did not come back within 60 s")
-        time.sleep(0.1)  # polling the server's readiness
-
-
 @pytest.fixture
-def crash_server() -> Iterator[Callable[[], None]]:
-    """Crash the test server on demand; it is running again afterwards, always.
+def crash_cluster() -> Iterator[ThrowawayCluster]:
+    """A throwaway cluster to crash; the shared server must not restart meanwhile."""
+    shared_since = postmaster_start_time()
+    with throwaway_cluster() as cluster:
+        yield cluster
+    assert postmaster_start_time() == shared_since, "the shared server restarted"
 
-    Requesting this fixture makes the suite lock exclusive (see conftest).
-    """
-    cluster = _cluster()
-    if cluster is None:
-        pytest.skip(
-            "server-crash tests need root, pg_ctlcluster and a local cluster on the "
-            "test port (or TURNKEEP_TEST_POSTGRES_CLUSTER='<version> <name>')"
-        )
 
-    def crash() -> None:
-        try:
-            _ctl(cluster, "stop", "-m", "immediate")
-        finally:
-            _ctl(cluster, "start")
-            _wait_ready()
-
+def _crash(cluster: ThrowawayCluster) -> None:
     try:
-        yield crash
+        cluster.crash()
     finally:
-        if not server_up():
-            subprocess.run(
-                ["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, "start"],
-                check=False,
-                capture_output=True,
-            )
-            _wait_ready()
+        cluster.start()
 
 
 async def _crash_trials(
@@ -267,7 +219,7 @@ async def _crash_trials(
     config: PostgresConfig,
     tmp_path: Path,
     zygote: Worker,
-    crash: Callable[[], None],
+    cluster: ThrowawayCluster,
 ) -> None:
     duration = _calibrate(zygote, config, tmp_path)
     for trial in range(trials):
@@ -276,7 +228,9 @@ async def _crash_trials(
         delay = rng.uniform(0.05, duration)
         pid = _writer(zygote, config, sid, ack)
         await asyncio.sleep(delay)  # the random crash point
-        await asyncio.to_thread(crash)
+        crashed_at = postmaster_start_time(cluster.dsn)
+        await asyncio.to_thread(_crash, cluster)
+        assert postmaster_start_time(cluster.dsn) != crashed_at, "no restart"
         # The writer fails its flush in flight and exits; it must not hang.
         zygote.call(op="reap", pid=pid)
         acked = _acked(ack)
@@ -293,23 +247,25 @@ async def _crash_trials(
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_server_crash_loses_no_acked_turn(
-    crash_server: Callable[[], None],
+    crash_cluster: ThrowawayCluster,
     rng: random.Random,
     pg_config: Callable[..., PostgresConfig],
     tmp_path: Path,
     spawn_worker: SpawnWorker,
 ) -> None:
-    await _crash_trials(10, rng, pg_config(), tmp_path, spawn_worker(), crash_server)
+    config = pg_config(dsn=crash_cluster.dsn)
+    await _crash_trials(10, rng, config, tmp_path, spawn_worker(), crash_cluster)
 
 
 @pytest.mark.crash
 @pytest.mark.soak
 @pytest.mark.asyncio
 async def test_a_server_crash_soak(
-    crash_server: Callable[[], None],
+    crash_cluster: ThrowawayCluster,
     rng: random.Random,
     pg_config: Callable[..., PostgresConfig],
     tmp_path: Path,
     spawn_worker: SpawnWorker,
 ) -> None:
-    await _crash_trials(300, rng, pg_config(), tmp_path, spawn_worker(), crash_server)
+    config = pg_config(dsn=crash_cluster.dsn)
+    await _crash_trials(300, rng, config, tmp_path, spawn_worker(), crash_cluster)

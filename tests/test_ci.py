@@ -1,0 +1,163 @@
+"""CI and the test tooling: no green run without the PostgreSQL tests, timings.
+
+- `.ci/run` stops with an error when the installed server will not start,
+  and otherwise runs `make test` with `TURNKEEP_REQUIRE_POSTGRES=1`. It runs
+  here with stand-in `pg_ctlcluster` and `make` commands first on `PATH`, so
+  the machine's server is never touched and the suite does not recurse.
+- `tests/support/skipguard.py` fails a run in which a `postgres` test
+  skipped where PostgreSQL is required (checked in a pytester run).
+- `tests/support/timing.py` sums test time by directory under `--durations`.
+- `make test-fast` keeps core, the loop, the memory backend's conformance
+  and a JSONL and a SQLite smoke test, and every entry it names exists.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CI_RUN = ROOT / ".ci" / "run"
+MAKE = '#!/bin/sh\necho "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}"\n'
+
+
+def _run_ci(tmp_path: Path, pg_ctlcluster: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("make", MAKE), ("pg_ctlcluster", pg_ctlcluster)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "TURNKEEP_REQUIRE_POSTGRES"}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return subprocess.run(
+        ["sh", str(CI_RUN)], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_ci_stops_when_the_installed_server_will_not_start(tmp_path: Path) -> None:
+    # "status" says the server is down; "start" fails.
+    done = _run_ci(tmp_path, "#!/bin/sh\nexit 1\n")
+    assert done.returncode != 0
+    assert "PostgreSQL" in done.stderr
+    assert "make" not in done.stdout, "the tests ran without a server"
+
+
+def test_ci_requires_the_postgres_tests_once_the_server_runs(tmp_path: Path) -> None:
+    # "status" says down (3), "start" succeeds.
+    done = _run_ci(tmp_path, '#!/bin/sh\n[ "$3" = status ] && exit 3\nexit 0\n')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "make test REQUIRE=1"
+
+
+GUARDED = """
+import pytest
+
+@pytest.mark.postgres
+def test_needs_the_server():
+    pytest.skip("pretend the server is down")
+
+@pytest.mark.postgres
+@pytest.mark.soak
+def test_soak_size():
+    pytest.skip("soak tier")
+
+def test_other():
+    pass
+"""
+
+
+def _guarded_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *, required: bool
+) -> pytest.RunResult:
+    from tests.support import pgserver
+
+    monkeypatch.setattr(pgserver, "required", lambda: required)
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+        "markers =\n    postgres: x\n    soak: x\n"
+    )
+    pytester.makepyfile(GUARDED)
+    return pytester.runpytest_inprocess("-p", "tests.support.skipguard")
+
+
+def test_a_skipped_postgres_test_fails_the_run_where_required(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _guarded_run(pytester, monkeypatch, required=True)
+    result.assert_outcomes(passed=1, skipped=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*PostgreSQL is required here*", "*test_needs_the_server: Skipped*"]
+    )
+    assert "test_soak_size" not in result.stdout.str().split("required here")[1]
+
+
+def test_skipped_postgres_tests_pass_where_none_is_installed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _guarded_run(pytester, monkeypatch, required=False)
+    result.assert_outcomes(passed=1, skipped=2)
+    assert result.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "group"),
+    [
+        ("tests/core/test_codec.py::test_x", "tests/core"),
+        ("tests/plugins/jsonl/test_kill.py::test_x[3]", "tests/plugins/jsonl"),
+        ("tests/loop/test_loop.py::TestA::test_b", "tests/loop"),
+        ("tests/test_docs.py::test_x", "tests"),
+    ],
+)
+def test_test_time_is_grouped_by_directory(nodeid: str, group: str) -> None:
+    from tests.support.timing import group_of
+
+    assert group_of(nodeid) == group
+
+
+def test_the_group_summary_prints_only_with_durations(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.mkdir("tests")
+    pytester.mkdir("tests/core")
+    pytester.makepyfile(**{"tests/core/test_a": "def test_a(): pass\n"})
+    pytester.makepyfile(**{"tests/test_b": "def test_b(): pass\ndef test_c(): pass\n"})
+    quiet = pytester.runpytest_inprocess("-p", "tests.support.timing")
+    assert "time by test group" not in quiet.stdout.str()
+    result = pytester.runpytest_inprocess("-p", "tests.support.timing", "--durations=1")
+    out = result.stdout.str().split("time by test group")[1]
+    lines = [line.split() for line in out.splitlines()[1:4]]
+    assert sorted(line[1:] for line in lines) == [
+        ["tests", "2", "tests"],
+        ["tests/core", "1", "tests"],
+        ["total"],
+    ]
+
+
+def _make_variable(name: str) -> list[str]:
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.startswith(f"{name} :="):
+            return line.split(":=", 1)[1].split()
+    raise AssertionError(f"no {name} in the Makefile")
+
+
+def test_test_fast_covers_core_and_a_smoke_of_each_embedded_backend() -> None:
+    from turnkeep.conformance import PersistenceContract
+
+    paths = _make_variable("FAST_TESTS")
+    core = {"tests/core", "tests/loop", "tests/conformance/test_memory.py"}
+    assert core <= set(paths)
+    for backend in ("jsonl", "sqlite"):
+        assert any(p.startswith(f"tests/plugins/{backend}/") for p in paths), backend
+    for path in paths:  # a stale entry would make pytest stop with "not found"
+        file, _, node = path.partition("::")
+        assert (ROOT / file).exists(), f"{file} does not exist"
+        test = node.rsplit("::", 1)[-1]
+        if test:
+            defined = f"def {test}(" in (ROOT / file).read_text()
+            assert defined or hasattr(PersistenceContract, test), f"no test {path}"
