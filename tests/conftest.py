@@ -8,7 +8,8 @@ Tests marked `soak` (long, seeded runs) are skipped unless pytest runs with
 `--soak` (as `make soak` does) or `TURNKEEP_SOAK=1` is set. Where PostgreSQL
 is required, a skipped `postgres` test fails the run
 (`tests/support/skipguard.py`). With `--durations`, the summary sums test
-time by test directory (`tests/support/timing.py`).
+time by test directory (`tests/support/timing.py`). Hypothesis examples
+are derandomized unless `HYPOTHESIS_PROFILE=explore`.
 """
 
 from __future__ import annotations
@@ -19,12 +20,19 @@ from typing import Any, cast
 
 import pytest
 import pytest_asyncio
+from hypothesis import settings
 
 from turnkeep.config import Config
 from turnkeep.hookspecs import PluginHost
 from turnkeep.host import Host
 from turnkeep.plugins import PluginSet
 from turnkeep.testing import HookMonitor
+
+# Property tests draw the same examples on every run (tests stay
+# deterministic); `HYPOTHESIS_PROFILE=explore` draws new ones each time.
+settings.register_profile("default", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 pytest_plugins = ["pytester", "tests.support.skipguard", "tests.support.timing"]
 

@@ -29,7 +29,8 @@ from typing import Final, TypeVar, cast
 
 import attrs
 
-from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT, derive_messages
+from turnkeep.agent.history import history_of
+from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.agent.tools import Tool, ToolContext, replay_policy, tool_spec
@@ -263,7 +264,7 @@ class TurnRunner:
     async def _call_model(self, turn: int) -> tuple[str, list[ModelToolCall]]:
         session = self.session
         request = ModelRequest(
-            messages=tuple(derive_messages(session.events)),
+            messages=tuple(history_of(session)),
             tools=tuple(tool_spec(t) for t in self.tools.values()),
             instructions=self.instructions,
             session_id=session.id,

@@ -1,0 +1,182 @@
+"""The incremental history equals `derive_messages` after any sequence of events.
+
+Operations mix appends of every vocabulary event (calls and results in any
+order, repeated call ids, orphan and duplicate results), reads of the history
+after one or several appends, trims (a rejected flush drops its events),
+reloads (the same log as fresh objects, as after a resume) and forks (a new
+session from a prefix). After every read the incremental messages must encode
+to the same bytes as a from-scratch derivation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from turnkeep import Host, SessionEvent, derive_messages
+from turnkeep.agent import encode_messages
+from turnkeep.agent.history import History, history_of
+from turnkeep.codec import EventCodec
+from turnkeep.events import (
+    AssistantChunk,
+    AssistantChunkData,
+    AssistantMessage,
+    AssistantMessageData,
+    ToolCall,
+    ToolCallData,
+    ToolResult,
+    ToolResultData,
+    TurnEnd,
+    TurnEndData,
+    TurnStart,
+    TurnStartData,
+    UserMessage,
+    UserMessageData,
+)
+
+CALL_IDS = ("a", "b", "c")
+
+_call = st.builds(
+    lambda cid: (ToolCall, ToolCallData(call_id=cid, name="t", arguments={"id": cid})),
+    st.sampled_from(CALL_IDS),
+)
+_result = st.builds(
+    lambda cid, out, status: (
+        ToolResult,
+        ToolResultData(call_id=cid, output=out, status=status),
+    ),
+    st.sampled_from(CALL_IDS),
+    st.text(max_size=2),
+    st.sampled_from(["ok", "error", "interrupted"]),
+)
+payloads = st.one_of(
+    _call,
+    _result,
+    _call,
+    _result,
+    st.builds(lambda t: (UserMessage, UserMessageData(text=t)), st.text(max_size=3)),
+    st.builds(
+        lambda t: (AssistantMessage, AssistantMessageData(text=t)), st.text(max_size=3)
+    ),
+    st.builds(
+        lambda t: (AssistantChunk, AssistantChunkData(text=t)), st.text(min_size=1)
+    ),
+    st.builds(lambda n: (TurnStart, TurnStartData(turn=n)), st.integers(1, 3)),
+    st.builds(
+        lambda n: (TurnEnd, TurnEndData(turn=n, status="completed")),
+        st.integers(1, 3),
+    ),
+)
+
+# Each step appends one event, then (sometimes) trims, reloads or forks; the
+# history is read after every step.
+ACTIONS = ("append",) * 6 + ("trim", "reload", "fork")
+operations = st.lists(
+    st.tuples(
+        payloads,
+        st.sampled_from(ACTIONS),
+        st.integers(1, 4),
+    ),
+    max_size=60,
+)
+
+_codec = EventCodec()
+
+
+def _fresh_copies(log: list[SessionEvent]) -> list[SessionEvent]:
+    """The same events as new objects, as a resume decodes them from disk."""
+    return [_codec.decode(_codec.encode(event)) for event in log]
+
+
+class _Follower:
+    """What `history_of` does for a session, on a plain list."""
+
+    def __init__(self) -> None:
+        self.history = History()
+
+    def read(self, log: list[SessionEvent]) -> bytes:
+        if not self.history.follows(log):
+            self.history = History()
+        return encode_messages(self.history.messages(log))
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+def test_incremental_history_equals_derive_messages(
+    ops: list[tuple[tuple[type[SessionEvent], Any], str, int]],
+) -> None:
+    log: list[SessionEvent] = []
+    follower = _Follower()
+    for (kind, data), action, n in ops:
+        log.append(kind(seq=len(log), time=len(log), data=data))
+        if action == "trim":  # a rejected flush drops its events
+            del log[max(0, len(log) - n) :]
+        elif action == "reload":  # resumed: the same log as new objects
+            log = _fresh_copies(log)
+        elif action == "fork":  # a new session from a prefix
+            log = _fresh_copies(log[: max(0, len(log) - n)])
+            follower = _Follower()
+        if action != "append" or n % 2:  # sometimes several events per read
+            assert follower.read(log) == encode_messages(derive_messages(log)), ops
+    assert follower.read(log) == encode_messages(derive_messages(log))
+
+
+def test_a_result_after_the_call_closed_replaces_its_placeholder() -> None:
+    log: list[SessionEvent] = []
+
+    def add(kind: type[SessionEvent], data: object) -> None:
+        log.append(kind(seq=len(log), time=len(log), data=data))
+
+    history = History()
+    add(AssistantMessage, AssistantMessageData(text="calling"))
+    add(ToolCall, ToolCallData(call_id="a", name="t", arguments={}))
+    add(UserMessage, UserMessageData(text="next"))
+    before = history.messages(log)
+    assert before[1].status == "interrupted"
+    add(ToolResult, ToolResultData(call_id="a", output="done", status="ok"))
+    after = history.messages(log)
+    assert (after[1].status, after[1].content) == ("ok", "done")
+    assert encode_messages(after) == encode_messages(derive_messages(log))
+
+
+def test_each_read_only_visits_the_new_events() -> None:
+    seen: list[int] = []
+
+    class Counting(list[SessionEvent]):
+        def __getitem__(self, index: Any) -> Any:
+            if isinstance(index, int):
+                seen.append(index)
+            return super().__getitem__(index)
+
+    log = Counting()
+    history = History()
+    for seq in range(50):
+        log.append(UserMessage(seq=seq, time=seq, data=UserMessageData(text="x")))
+    history.messages(log)
+    seen.clear()
+    log.append(UserMessage(seq=50, time=50, data=UserMessageData(text="y")))
+    assert history.follows(log)
+    history.messages(log)
+    # the new event, plus the last one to remember where it stopped
+    assert sorted(set(seen)) <= [49, 50]
+
+
+@pytest.mark.asyncio
+async def test_history_of_a_live_session_follows_appends() -> None:
+    async with Host({"persistence": "memory", "plugins": "none"}) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="hi"))
+        assert history_of(session) == derive_messages(session.events)
+        session.append(AssistantMessageData(text="hello"))
+        session.append(ToolCallData(call_id="x", name="t", arguments={}))
+        session.append(ToolResultData(call_id="x", output="1", status="ok"))
+        assert encode_messages(history_of(session)) == encode_messages(
+            derive_messages(session.events)
+        )
+        assert msgspec.json.encode(history_of(session)[-1]) == msgspec.json.encode(
+            derive_messages(session.events)[-1]
+        )
+        await host.sessions.close(session.id)
