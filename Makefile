@@ -2,7 +2,7 @@
 UV := ./scripts/uv
 SYNC := $(UV) sync --all-packages --locked --quiet
 
-.PHONY: help install demo test test-fast lint typecheck bench soak test-postgres docs
+.PHONY: help install demo test test-fast lint typecheck bench bench-full soak test-postgres docs
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ typecheck: ## pyright (strict) over every member, tests and benchmarks
 
 bench: ## Benchmarks: ratios against raw baselines (and peers) measured in the same run
 	$(SYNC) --group bench && $(UV) run --no-sync python -m benchmarks
+
+bench-full: ## The benchmarks at full size (the loop at T = 1,000 turns)
+	$(SYNC) --group bench && BENCH_LOOP_TURNS=1000 $(UV) run --no-sync python -m benchmarks
 
 soak: ## Long randomised reliability runs (prints their seeds)
 	$(SYNC) && $(UV) run --no-sync pytest -m soak -p no:cacheprovider --soak
