@@ -48,6 +48,15 @@ HOSTILE_IDS: Final[tuple[str, ...]] = (
     "é" * (MAX_SESSION_ID_BYTES // 2),
     "*?<>|:\"'",
     "%2e%2e%2f",
+    # Pairs a file-name mapping could fold into one name: each must stay its
+    # own session.
+    "a_b",
+    "a-b",
+    "a%2Fb",
+    "a%2fb",
+    "a.b",
+    "a b",
+    "A/b",
 )
 
 _INVALID: Final[tuple[object, ...]] = (
