@@ -220,3 +220,21 @@ def test_call_ids_are_stable_and_distinct() -> None:
     ids = {call_id_for(s, q) for s in ("s", "t", "s\x001") for q in range(200)}
     assert len(ids) == 600
     assert all(i.startswith("call_") and len(i) == 25 for i in ids)
+
+
+@pytest.mark.asyncio
+async def test_scripted_model_keeps_a_bounded_tail_of_requests() -> None:
+    model = ScriptedModel(lambda request: Reply("fine thanks"), keep_requests=3)
+    request = ModelRequest(messages=())
+    for _ in range(10):
+        assert await collect(model, request) == [
+            TextDelta("fine "),
+            TextDelta("thanks"),
+        ]
+    assert 3 <= len(model.requests) <= 6
+
+
+@pytest.mark.asyncio
+async def test_scripted_model_can_stream_a_reply_as_one_delta() -> None:
+    model = ScriptedModel(["fine thanks"], stream_words=False)
+    assert await collect(model, ModelRequest(messages=())) == [TextDelta("fine thanks")]

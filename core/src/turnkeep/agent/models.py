@@ -148,7 +148,12 @@ class ScriptedModel:
     Args:
         script: the replies in order (a `Reply`, or text for a reply that
             calls no tool), or a function choosing a reply for a request.
-        requests: every request received, oldest first (for tests).
+        requests: the requests received, oldest first (for tests): the
+            latest `keep_requests` of them, so a long run does not keep
+            every history it was shown.
+        keep_requests: how many requests `requests` keeps.
+        stream_words: stream the text word by word (as a real model would,
+            in many small deltas); `False` streams each reply as one delta.
 
     Raises (from `stream`):
         ModelError: the script has no reply for this call.
@@ -156,6 +161,8 @@ class ScriptedModel:
 
     script: Sequence[Reply | str] | ReplyPicker
     requests: list[ModelRequest] = attrs.field(factory=list[ModelRequest])
+    keep_requests: int = 1000
+    stream_words: bool = True
 
     @staticmethod
     def calling(tool: str, text: str = "", **arguments: Any) -> Reply:
@@ -177,10 +184,18 @@ class ScriptedModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Stream the chosen reply: its words, then its tool calls."""
-        self.requests.append(request)
+        requests = self.requests
+        requests.append(request)
+        if len(requests) > 2 * self.keep_requests:
+            # Trimmed in halves so appending stays O(1) amortised.
+            del requests[: len(requests) - self.keep_requests]
         reply = self.pick(request)
-        for piece in split_words(reply.text):
-            yield TextDelta(piece)
+        if not self.stream_words:
+            if reply.text:
+                yield TextDelta(reply.text)
+        else:
+            for piece in split_words(reply.text):
+                yield TextDelta(piece)
         for call in reply.calls:
             yield ModelToolCall(call.name, dict(call.arguments))
 
