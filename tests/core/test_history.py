@@ -169,7 +169,7 @@ async def test_history_of_a_live_session_follows_appends() -> None:
     async with Host({"persistence": "memory", "plugins": "none"}) as host:
         session = host.sessions.create("s")
         session.append(UserMessageData(text="hi"))
-        assert history_of(session) == derive_messages(session.events)
+        assert list(history_of(session)) == derive_messages(session.events)
         session.append(AssistantMessageData(text="hello"))
         session.append(ToolCallData(call_id="x", name="t", arguments={}))
         session.append(ToolResultData(call_id="x", output="1", status="ok"))

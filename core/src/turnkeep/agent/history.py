@@ -67,7 +67,7 @@ class History:
         read = self._read
         return read == 0 or (len(log) >= read and log[read - 1] is self._last)
 
-    def messages(self, log: Sequence[SessionEvent]) -> list[Message]:
+    def messages(self, log: Sequence[SessionEvent]) -> tuple[Message, ...]:
         """Return the history of `log`, reading only what is new since last time.
 
         `log` must continue the log read so far (`follows`).
@@ -77,9 +77,15 @@ class History:
         if len(log):
             self._read = len(log)
             self._last = log[-1]
-        out = list(self._messages)
-        if self._open_text is not None:
-            self._render_open(out, dict(self._waiting), set(self._seen_calls))
+        done = self._messages
+        if self._open_text is None:
+            return tuple(done)
+        # The open message is rendered onto the list and taken off again,
+        # so the history is copied once, whatever its length.
+        settled = len(done)
+        self._render_open(done, commit=False)
+        out = tuple(done)
+        del done[settled:]
         return out
 
     def _add(self, event: SessionEvent) -> None:
@@ -110,14 +116,19 @@ class History:
     def _close(self) -> None:
         if self._open_text is None:
             return
-        self._render_open(self._messages, self._waiting, self._seen_calls)
+        self._render_open(self._messages, commit=True)
         self._open_text = None
         self._open_calls.clear()
 
-    def _render_open(
-        self, out: list[Message], waiting: dict[str, int], seen: set[str]
-    ) -> None:
+    def _render_open(self, out: list[Message], *, commit: bool) -> None:
+        """Append the open assistant message and its calls' answers to `out`.
+
+        With `commit`, the calls count as rendered and unanswered ones wait
+        for their result; without, nothing is remembered (a preview).
+        """
         assert self._open_text is not None  # noqa: S101 - callers check
+        seen = self._seen_calls
+        fresh: set[str] = set()
         calls = self._open_calls
         out.append(
             Message(
@@ -134,16 +145,19 @@ class History:
         for call in calls:
             call_id = call.data.call_id
             result = self._results.get(call_id)
-            if call_id in seen:
+            if call_id in seen or call_id in fresh:
                 # A repeated call id: only its first occurrence is answered.
                 out.append(_interrupted(call_id))
                 continue
-            seen.add(call_id)
+            fresh.add(call_id)
             if result is None:
-                waiting[call_id] = len(out)
+                if commit:
+                    self._waiting[call_id] = len(out)
                 out.append(_interrupted(call_id))
             else:
                 out.append(_answer(call_id, result))
+        if commit:
+            seen |= fresh
 
 
 def _interrupted(call_id: str) -> Message:
@@ -167,7 +181,7 @@ def _answer(call_id: str, result: ToolResult) -> Message:
 _histories: Final = weakref.WeakKeyDictionary[Session, History]()
 
 
-def history_of(session: Session) -> list[Message]:
+def history_of(session: Session) -> tuple[Message, ...]:
     """Return the model history of a live session (incrementally maintained).
 
     Equal to `derive_messages(session.events)`; each call reads only the

@@ -264,7 +264,7 @@ class TurnRunner:
     async def _call_model(self, turn: int) -> tuple[str, list[ModelToolCall]]:
         session = self.session
         request = ModelRequest(
-            messages=tuple(history_of(session)),
+            messages=history_of(session),
             tools=tuple(tool_spec(t) for t in self.tools.values()),
             instructions=self.instructions,
             session_id=session.id,
