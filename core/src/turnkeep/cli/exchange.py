@@ -22,6 +22,7 @@ import attrs
 import click
 import msgspec
 
+from turnkeep.cli.files import write_private
 from turnkeep.cli.importers import Plan, Step, parse_items, plan_messages
 from turnkeep.cli.output import clean, emit_json
 from turnkeep.cli.runtime import about, common_options, execute, fail, open_store
@@ -101,7 +102,7 @@ def export(session_id: str, output: Path | None) -> None:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
-            await asyncio.to_thread(output.write_bytes, data)
+            await asyncio.to_thread(write_private, output, data)
             click.echo(f"exported {len(lines)} events to {output}", err=True)
         return 0
 
