@@ -215,9 +215,9 @@ def test_import_goes_through_redaction(store: Store, isolated: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        (b"this is not json", "neither a turnkeep export"),
-        (b'{"just": "an object"}', "expected a JSON list"),
-        (b"[1, 2]", "item #0 is not a JSON object"),
+        (b"this is not json", "line 1: not JSON"),
+        (b'{"just": "an object"}', "found an object; expected"),
+        (b"[1, 2]", "item #0 is a number, not a JSON object"),
     ],
 )
 def test_import_refuses_what_it_cannot_read(

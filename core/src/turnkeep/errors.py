@@ -20,6 +20,7 @@ __all__ = [
     "EventTypeError",
     "FlushError",
     "HookContractError",
+    "ImportInputError",
     "InvalidCursorError",
     "InvalidForkPointError",
     "InvalidSeedError",
@@ -215,6 +216,34 @@ class UnknownEventTypeError(EventDecodeError):
     """A stored event has a type no plugin registered, and is not ignorable."""
 
     code = "unknown-event-type"
+
+
+class ImportInputError(TurnkeepError, ValueError):
+    """A file given to `turnkeep import` cannot be read as a conversation.
+
+    The message names the file and the line (not JSON, not UTF-8, empty,
+    nested too deeply, or a value of the wrong shape); nothing was stored.
+
+    Attributes:
+        path: the file as the user named it (`-` for stdin), when known.
+        line: the 1-based line of the problem, when known.
+        item: the index of the offending item in the input, when one is.
+    """
+
+    code = "import-input"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        item: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.item = item
 
 
 # -- persistence ---------------------------------------------------------------

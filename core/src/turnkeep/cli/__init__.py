@@ -11,14 +11,19 @@ store, errors, exit codes) is `runtime`; what they print is `output`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NoReturn
 
 if TYPE_CHECKING:
     import click
 
-__all__ = ["EXTRA_MODULES", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXTRA_MODULES", "interrupted", "main"]
+
+EXIT_INTERRUPTED: Final = 130
+"""The status of a command the user interrupted (Ctrl-C)."""
 
 EXTRA_MODULES: Final = frozenset({"click", "rich", "watchfiles"})
 """The top-level modules the `cli` extra installs."""
@@ -30,11 +35,27 @@ MISSING_EXTRA: Final = (
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the `turnkeep` console script.
+    """Entry point of the `turnkeep` console script (through `_turnkeep_entry`).
 
     Exits with status 2 and says which extra to install when the command's
-    own dependencies are missing.
+    own dependencies are missing. A Ctrl-C at any moment (importing the
+    command, parsing, loading plugins, running) exits 130 with one line,
+    never a traceback.
     """
+    try:
+        raise SystemExit(_main(argv))
+    except KeyboardInterrupt:
+        interrupted()
+
+
+def interrupted() -> NoReturn:
+    """Say `turnkeep: interrupted` and exit 130."""
+    with contextlib.suppress(KeyboardInterrupt, OSError):  # the status says it
+        print("turnkeep: interrupted", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         group = _load()
     except ModuleNotFoundError as exc:
@@ -42,8 +63,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         if top not in EXTRA_MODULES:
             raise
         print(MISSING_EXTRA.format(name=top), file=sys.stderr)
-        raise SystemExit(2) from None
-    group.main(args=list(argv) if argv is not None else None, prog_name="turnkeep")
+        return 2
+    import click
+
+    args = list(argv) if argv is not None else None
+    try:
+        # Not standalone: click would turn a Ctrl-C into "Aborted!", status 1.
+        done = group.main(args=args, prog_name="turnkeep", standalone_mode=False)
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        click.echo("Aborted!", err=True)  # a refused confirmation, end of input
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except BrokenPipeError:
+        # The reader went away (`turnkeep ls | head`): nothing more to say.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at exit
+        return 1
+    return done if isinstance(done, int) else 0
 
 
 def _load() -> click.Group:

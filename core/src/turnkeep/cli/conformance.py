@@ -23,6 +23,7 @@ from typing import Final
 import click
 import msgspec
 
+from turnkeep.cli.files import write_private
 from turnkeep.cli.kit import backend_entry
 from turnkeep.cli.output import emit_json
 from turnkeep.cli.runtime import (
@@ -65,6 +66,8 @@ from pathlib import Path
 
 import msgspec
 
+from turnkeep.cli.files import write_private
+
 RESULTS = []
 
 
@@ -82,7 +85,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    Path({results!r}).write_bytes(msgspec.json.encode(RESULTS))
+    write_private(Path({results!r}), msgspec.json.encode(RESULTS))
 '''
 
 _INI: Final = """\
@@ -165,9 +168,13 @@ def _run(
         root = Path(tmp)
         results = root / "results.json"
         module = root / f"test_conformance_{name.replace('-', '_')}.py"
-        module.write_text(_TEST_MODULE.format(name=name, options=backend_options))
-        (root / "conftest.py").write_text(_CONFTEST.format(results=str(results)))
-        (root / "pytest.ini").write_text(_INI)
+        generated = {
+            module: _TEST_MODULE.format(name=name, options=backend_options),
+            root / "conftest.py": _CONFTEST.format(results=str(results)),
+            root / "pytest.ini": _INI,
+        }
+        for path, text in generated.items():
+            write_private(path, text.encode())
         command = [sys.executable, "-m", "pytest", "-q", "-rs", str(module), *extra]
         done = subprocess.run(  # noqa: S603 - our interpreter, our generated files
             command,

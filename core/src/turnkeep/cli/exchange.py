@@ -12,6 +12,7 @@ everything goes through `Session.append`, so redaction hooks see it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import sys
 from collections.abc import Sequence
@@ -22,12 +23,26 @@ import attrs
 import click
 import msgspec
 
-from turnkeep.cli.importers import Plan, Step, parse_items, plan_messages
+from turnkeep.cli.files import write_private
+from turnkeep.cli.importers import Plan, Step, plan_messages
+from turnkeep.cli.jsoninput import check_text, input_error, read_items
 from turnkeep.cli.output import clean, emit_json
-from turnkeep.cli.runtime import about, common_options, execute, fail, open_store
+from turnkeep.cli.runtime import (
+    Opened,
+    about,
+    common_options,
+    execute,
+    fail,
+    open_store,
+)
 from turnkeep.clock import now_ms
 from turnkeep.codec import EventCodec
-from turnkeep.errors import EventDecodeError, SessionCorruptError
+from turnkeep.errors import (
+    EventDecodeError,
+    ImportInputError,
+    SessionCorruptError,
+    SessionNotFoundError,
+)
 from turnkeep.events import UserMessage, UserMessageData
 from turnkeep.ids import new_session_id, validate_session_id
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
@@ -101,7 +116,7 @@ def export(session_id: str, output: Path | None) -> None:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
-            await asyncio.to_thread(output.write_bytes, data)
+            await asyncio.to_thread(write_private, output, data)
             click.echo(f"exported {len(lines)} events to {output}", err=True)
         return 0
 
@@ -154,44 +169,19 @@ def import_(
     are recorded with their results, never run.
     """
     data: bytes = source.read()
+    name = _source_name(source)
 
     async def body() -> int:
         target = validate_session_id(new_id or new_session_id())
         clock = _ReplayClock()
-        async with open_store(clock=clock) as store, about(target):
-            if await store.backend.has(target):
-                fail(f"session {target!r} already exists; choose another --id")
-            plan, meta_in = _plan(data, store.host.codec)
+        async with open_store(clock=clock) as store:
             host = store.host
-            created = now_ms()
-            prompt = meta_in.summary.first_prompt if meta_in else plan.first_prompt
-            first_line = (
-                prompt.strip().splitlines()[0] if prompt and prompt.strip() else ""
-            )
-            chosen = (
-                title or (meta_in.summary.title if meta_in else None) or first_line[:80]
-            )
-            summary = SessionSummary(
-                updated_at=created,
-                title=host.redact_text(chosen) if chosen else None,
-                first_prompt=host.redact_text(prompt[:500]) if prompt else None,
-                status="idle",
-            )
-            header = SessionHeader(
-                id=target,
-                created_at=created,
-                cwd=meta_in.header.cwd if meta_in else None,
-            )
-            session = host.sessions.create(
-                target, meta=SessionMeta(header=header, summary=summary)
-            )
-            for (kind, payload), time in zip(plan.steps, _times(plan), strict=True):
-                clock.upcoming = time
-                if host.codec.kinds.get(type(payload)) is kind:
-                    session.append(payload)
-                else:
-                    session.append(kind, payload)
-            await host.sessions.close(target)
+            # Read before anything is stored: bad input changes nothing.
+            plan, meta_in = _plan(data, name, host.codec)
+            async with about(target):
+                if await store.backend.has(target):
+                    fail(f"session {target!r} already exists; choose another --id")
+                await _store(store, target, plan, meta_in, title, clock)
         result = _Imported(
             session_id=target,
             format=plan.format,
@@ -214,6 +204,54 @@ def import_(
     execute(body)
 
 
+async def _store(
+    store: Opened,
+    target: str,
+    plan: Plan,
+    meta_in: SessionMeta | None,
+    title: str | None,
+    clock: _ReplayClock,
+) -> None:
+    """Create `target` holding the plan's events, or leave nothing at all."""
+    host = store.host
+    created = now_ms()
+    prompt = meta_in.summary.first_prompt if meta_in else plan.first_prompt
+    first_line = prompt.strip().splitlines()[0] if prompt and prompt.strip() else ""
+    chosen = title or (meta_in.summary.title if meta_in else None) or first_line[:80]
+    summary = SessionSummary(
+        updated_at=created,
+        title=host.redact_text(chosen) if chosen else None,
+        first_prompt=host.redact_text(prompt[:500]) if prompt else None,
+        status="idle",
+    )
+    header = SessionHeader(
+        id=target, created_at=created, cwd=meta_in.header.cwd if meta_in else None
+    )
+    session = host.sessions.create(
+        target, meta=SessionMeta(header=header, summary=summary)
+    )
+    try:
+        for (kind, payload), time in zip(plan.steps, _times(plan), strict=True):
+            clock.upcoming = time
+            if host.codec.kinds.get(type(payload)) is kind:
+                session.append(payload)
+            else:
+                session.append(kind, payload)
+        await host.sessions.close(target)
+    except BaseException:
+        # A half-imported session is not the file: remove what was stored.
+        with contextlib.suppress(SessionNotFoundError):
+            await host.sessions.abandon(target, reason="import failed")
+        with contextlib.suppress(SessionNotFoundError):
+            await store.backend.delete(target)
+        raise
+
+
+def _source_name(source: BinaryIO) -> str:
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) and name != "<stdin>" else "stdin"
+
+
 @attrs.define
 class _ExportPlan(Plan):
     times: list[int] = attrs.field(factory=list[int])
@@ -225,35 +263,81 @@ def _times(plan: Plan) -> Sequence[int | None]:
     return [None] * len(plan.steps)
 
 
-def _plan(data: bytes, codec: EventCodec) -> tuple[Plan, SessionMeta | None]:
+def _plan(data: bytes, name: str, codec: EventCodec) -> tuple[Plan, SessionMeta | None]:
+    """What importing `data` (the file `name`) appends.
+
+    Raises:
+        ImportInputError: the file cannot be read (naming its line).
+    """
+    data = check_text(data, name)
     first, _, rest = data.partition(b"\n")
     try:
         probe = msgspec.json.decode(first, type=_Probe)
     except (msgspec.DecodeError, msgspec.ValidationError):
         probe = None
     if probe is None or probe.format != EXPORT_FORMAT:
-        return plan_messages(parse_items(data)), None
+        items = read_items(data, name)
+        try:
+            plan = plan_messages(items.values)
+        except ImportInputError as exc:
+            if exc.item is None:
+                raise
+            line = items.line_of(exc.item)
+            raise input_error(name, line, str(exc), item=exc.item) from None
+        if not plan.steps:
+            skipped = ", ".join(
+                f"{n} {what}" for what, n in sorted(plan.skipped.items())
+            )
+            raise input_error(
+                name,
+                1,
+                "the file holds no conversation to import"
+                + (f" (skipped {skipped})" if skipped else ""),
+            )
+        return plan, None
+    return _plan_export(probe, first, rest, name, codec)
+
+
+def _plan_export(
+    probe: _Probe, first: bytes, rest: bytes, name: str, codec: EventCodec
+) -> tuple[Plan, SessionMeta]:
     if probe.version > EXPORT_VERSION:
-        fail(
+        raise input_error(
+            name,
+            1,
             f"this export has format version {probe.version}; this turnkeep reads "
-            f"up to {EXPORT_VERSION}: upgrade turnkeep to import it"
+            f"up to {EXPORT_VERSION}: upgrade turnkeep to import it",
         )
-    header = _header_decoder.decode(first)
-    lines = [line for line in rest.split(b"\n") if line]
+    try:
+        header = _header_decoder.decode(first)
+    except msgspec.ValidationError as exc:
+        raise input_error(name, 1, f"the export's header is invalid: {exc}") from None
+    numbered = [
+        (number, line)
+        for number, line in enumerate(rest.split(b"\n"), start=2)
+        if line.strip()
+    ]
+    lines = [line for _, line in numbered]
     body = b"".join(line + b"\n" for line in lines)
     if len(lines) != header.events or hashlib.sha256(body).hexdigest() != header.sha256:
-        fail(
+        raise input_error(
+            name,
+            1,
             f"the export of {header.meta.id!r} is damaged or incomplete (expected "
             f"{header.events} events with its checksum, found {len(lines)}); "
-            "export it again"
+            "export it again",
         )
     try:
         events = codec.decode_log(lines, session_id=header.meta.id)
     except (EventDecodeError, SessionCorruptError) as exc:
-        fail(
+        offset = exc.offset if isinstance(exc, SessionCorruptError) else None
+        line = numbered[offset][0] if offset is not None else 2
+        raise input_error(
+            name,
+            line,
             f"the export of {header.meta.id!r} holds an event this turnkeep "
-            f"cannot read: {exc}"
-        )
+            f"cannot read: {exc}",
+        ) from None
     plan = _ExportPlan(format=EXPORT_FORMAT)
     for event in events:
         step: Step = (type(event), event.data)

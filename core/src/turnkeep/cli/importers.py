@@ -1,7 +1,7 @@
 """Reading other programs' conversations into turnkeep events (for `import`).
 
-Pure functions: bytes in, a `Plan` out (the event payloads to append, in
-order, and what was skipped). Two outside shapes are understood, item by
+Pure functions: decoded JSON items in, a `Plan` out (the event payloads to
+append, in order, and what was skipped). Two outside shapes are understood, item by
 item, so mixed lists work too:
 
 - the OpenAI chat `messages` list: `{role, content, tool_calls?,
@@ -19,18 +19,24 @@ start at each user message and end before the next; a call the source left
 without a result is answered `interrupted` so the log keeps its invariant.
 System and developer messages (instructions, not conversation) and item
 types without an event (reasoning, hosted tool calls) are skipped and
-counted.
+counted. An item of the wrong shape (not an object, neither `role` nor
+`type`, a field of the wrong JSON type, a call without its id or name) is
+refused with `ImportInputError` naming the item, before anything is stored;
+`turnkeep.cli.jsoninput` reads the bytes and finds the item's line.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from types import UnionType
 from typing import Any, Final, cast
 
 import attrs
 import msgspec
 
+from turnkeep.cli.jsoninput import json_type
+from turnkeep.errors import ImportInputError
 from turnkeep.events import (
     AssistantMessage,
     AssistantMessageData,
@@ -47,7 +53,7 @@ from turnkeep.events import (
     UserMessageData,
 )
 
-__all__ = ["NO_RESULT_OUTPUT", "Plan", "Step", "parse_items", "plan_messages"]
+__all__ = ["NO_RESULT_OUTPUT", "Plan", "Step", "plan_messages"]
 
 NO_RESULT_OUTPUT: Final = (
     "[imported] The imported conversation recorded no result for this call; "
@@ -76,46 +82,117 @@ class Plan:
     first_prompt: str | None = None
 
 
-def parse_items(data: bytes) -> list[object]:
-    """The items of a JSON list, a `{"messages": [...]}` body, or JSON lines.
-
-    Raises:
-        ValueError: the input is none of these.
-    """
-    try:
-        document: object = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        document = None
-        lines = [line for line in data.splitlines() if line.strip()]
-        try:
-            return [msgspec.json.decode(line) for line in lines]
-        except msgspec.DecodeError as exc:
-            raise ValueError(
-                "the file is neither a turnkeep export, a JSON list of messages, "
-                f"nor JSON lines: {exc}"
-            ) from exc
-    if isinstance(document, dict) and "messages" in document:
-        document = cast("dict[str, object]", document)["messages"]
-    if not isinstance(document, list):
-        raise ValueError(
-            "expected a JSON list of messages or session items (or a request "
-            "body with a `messages` list)"
-        )
-    return cast("list[object]", document)
-
-
 def plan_messages(items: Iterable[object]) -> Plan:
     """Turn chat messages or Agents SDK items into the events of a new session.
 
     Raises:
-        ValueError: an item is not a JSON object.
+        ImportInputError: an item is not a JSON object, or a field of it has
+            the wrong type or is missing (`item` is its index).
     """
     builder = _Builder()
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise ValueError(f"item #{index} is not a JSON object")
-        builder.add(cast("dict[str, Any]", item))
+            raise ImportInputError(
+                f"item #{index} is {json_type(item)}, not a JSON object", item=index
+            )
+        fields = cast("dict[str, Any]", item)
+        problem = _problem(fields)
+        if problem is not None:
+            raise ImportInputError(f"item #{index}: {problem}", item=index)
+        builder.add(fields)
     return builder.finish()
+
+
+def _problem(item: Mapping[str, Any]) -> str | None:
+    """What is wrong with an item's shape, if anything (see the module doc)."""
+    kind, role = item.get("type"), item.get("role")
+    if kind is None and role is None:
+        return "has neither `role` nor `type` (not a chat message or session item)"
+    wrong = _wrong(item, "type", str, "a string") or _wrong(
+        item, "role", str, "a string"
+    )
+    if wrong is not None:
+        return wrong
+    if kind == "function_call":
+        return (
+            _needs(item, "call_id")
+            or _needs(item, "name")
+            or _wrong(item, "arguments", str | dict, "a string or an object")
+        )
+    if kind == "function_call_output":
+        return _needs(item, "call_id")
+    if kind not in (None, "message"):
+        return None  # an item type without an event: skipped, whatever its shape
+    content = item.get("content")
+    if not isinstance(content, str | list | None):
+        return (
+            "`content` must be a string, a list of parts or null, not "
+            f"{json_type(content)}"
+        )
+    for n, part in enumerate(cast("list[object]", content or [])):
+        if not isinstance(part, str | dict):
+            return (
+                f"`content[{n}]` must be a string or an object, not {json_type(part)}"
+            )
+    if role == "tool":
+        return _needs(item, "tool_call_id")
+    if role == "assistant":
+        return _tool_calls_problem(item.get("tool_calls"))
+    return None
+
+
+def _tool_calls_problem(calls: object) -> str | None:
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return f"`tool_calls` must be a list, not {json_type(calls)}"
+    for n, raw in enumerate(cast("list[object]", calls)):
+        where = f"tool_calls[{n}]"
+        if not isinstance(raw, dict):
+            return f"`{where}` must be an object, not {json_type(raw)}"
+        call = cast("dict[str, Any]", raw)
+        function = call.get("function")
+        if not isinstance(function, dict):
+            return f"`{where}.function` must be an object, not {json_type(function)}"
+        fn = cast("dict[str, Any]", function)
+        problem = (
+            _wrong(call, "id", str, "a string", where)
+            or _needs(fn, "name", f"{where}.function")
+            or _wrong(
+                fn,
+                "arguments",
+                str | dict,
+                "a string or an object",
+                f"{where}.function",
+            )
+        )
+        if problem is not None:
+            return problem
+    return None
+
+
+def _needs(item: Mapping[str, Any], field: str, where: str = "") -> str | None:
+    value = item.get(field)
+    if value is None:
+        return f"`{_path(where, field)}` is missing"
+    return _wrong(item, field, str, "a string", where)
+
+
+def _wrong(
+    item: Mapping[str, Any],
+    field: str,
+    kind: type | UnionType,
+    what: str,
+    where: str = "",
+) -> str | None:
+    value = item.get(field)
+    if value is None or isinstance(value, kind):
+        return None
+    return f"`{_path(where, field)}` must be {what}, not {json_type(value)}"
+
+
+def _path(where: str, field: str) -> str:
+    return f"{where}.{field}" if where else field
 
 
 @attrs.define
