@@ -12,6 +12,8 @@ needs to know the event vocabulary or the codec's byte layout:
   `stored_turn_end_by_head`, `count_stored_turn_ends` and
   `count_turn_ends_in_lines` for bytes a backend reads back;
 - `check_batch`: the seq and size checks every `append` makes first;
+- `outcome_unknown`: the error of an `append` that cannot tell whether its
+  flush landed (a lost acknowledgement, a takeover racing it);
 - `newer_format` and `newer_schema`: the refusal of data newer than the code;
 - `DamagedSessions`: a session found damaged (or newer) takes no appends;
 - `Undo`: in-memory changes taken back when their transaction rolls back;
@@ -33,6 +35,7 @@ import msgspec
 from turnkeep.codec import TURN_END_PREFIX, TYPE_PREFIX, EventRecord, count_turn_ends
 from turnkeep.errors import (
     EventTooLargeError,
+    FlushOutcomeUnknownError,
     SequenceError,
     SessionCorruptError,
     UnsupportedFormatError,
@@ -50,6 +53,7 @@ __all__ = [
     "is_turn_end_type",
     "newer_format",
     "newer_schema",
+    "outcome_unknown",
     "positive",
     "stored_turn_end",
     "stored_turn_end_by_head",
@@ -213,6 +217,43 @@ def check_batch(
                 "max_event_bytes, or store large content elsewhere and reference it",
                 event_type=record.type,
             )
+
+
+def outcome_unknown(
+    session_id: str, records: Sequence[EventRecord], why: str, *, fenced: bool = False
+) -> FlushOutcomeUnknownError:
+    """The error of an `append` whose flush may or may not have landed.
+
+    Raise it (`from` the driver error) whenever the flush was handed to the
+    storage but its acknowledgement never came back: a `COMMIT` that failed
+    or lost its connection, a sync that failed after the bytes were written,
+    a takeover that may have copied the flush in. Never report such a flush
+    as not written: a caller would store it again elsewhere.
+
+    Args:
+        session_id: the session.
+        records: the flush (not empty).
+        why: what happened, for people (a clause: "the connection dropped
+            during COMMIT").
+        fenced: this instance lost the writer role too.
+    """
+    first, last = records[0].seq, records[-1].seq
+    then = (
+        "this process can no longer write the session: resume it afresh to see "
+        "whether they are there"
+        if fenced
+        else "a retry of the same events settles it (they land, or the seq "
+        "check reports that they had)"
+    )
+    return FlushOutcomeUnknownError(
+        f"session {session_id!r}: the flush of seq {first}..{last} may or may not "
+        f"be stored ({why}); the log holds all of it or none of it, and {then}. "
+        "Do not store these events anywhere else.",
+        session_id=session_id,
+        first_seq=first,
+        last_seq=last,
+        fenced=fenced,
+    )
 
 
 def newer_format(

@@ -19,6 +19,7 @@ __all__ = [
     "EventTooLargeError",
     "EventTypeError",
     "FlushError",
+    "FlushOutcomeUnknownError",
     "HookContractError",
     "ImportInputError",
     "InvalidCursorError",
@@ -347,6 +348,47 @@ class FlushError(PersistenceError):
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
+
+
+class FlushOutcomeUnknownError(FlushError):
+    """A flush may or may not be durable: its outcome could not be learned.
+
+    Raised when something happened between writing a flush and learning
+    that it landed: the acknowledgement of its commit was lost (a dropped
+    connection, an I/O error while syncing), or a takeover raced it and may
+    have copied it into the log the new owner continues. A flush is atomic,
+    so the events `first_seq`..`last_seq` are either all in the log or none
+    of them are; which one, only reading the log tells. Never retry them
+    somewhere else on the strength of this error (they may be stored):
+    resume (or load) the session and look. Backends raise it whenever they
+    cannot tell, so their other errors from `append` mean that nothing of
+    the flush was stored.
+
+    Attributes:
+        session_id: the session.
+        first_seq: the first seq of the flush whose outcome is unknown.
+        last_seq: its last seq.
+        fenced: this process lost the writer role as well (a takeover), so
+            it can store nothing more of the session; otherwise a later
+            flush of the same events settles the question (it lands, or the
+            backend reports through `SequenceError` that they had landed).
+    """
+
+    code = "flush-outcome-unknown"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        first_seq: int,
+        last_seq: int,
+        fenced: bool = False,
+    ) -> None:
+        super().__init__(message, session_id=session_id)
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+        self.fenced = fenced
 
 
 # -- turns ---------------------------------------------------------------------

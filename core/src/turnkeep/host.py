@@ -32,6 +32,7 @@ from turnkeep.codec import EventCodec
 from turnkeep.config import Config, structure_config
 from turnkeep.errors import (
     FlushError,
+    FlushOutcomeUnknownError,
     PersistenceNotConfiguredError,
     PluginDisposeError,
     TurnkeepError,
@@ -172,7 +173,11 @@ class Host:
             try:
                 return await self.sessions.close(session_id)
             except FlushError as exc:
-                return await self.sessions.abandon(session_id, reason=str(exc))
+                report = await self.sessions.abandon(session_id, reason=str(exc))
+                if isinstance(exc, FlushOutcomeUnknownError) and not report.saved:
+                    doubt = (exc.first_seq, exc.last_seq)
+                    report = attrs.evolve(report, in_doubt=doubt)
+                return report
 
         live = [s.id for s in self.sessions.list()]
         if not self._started or not live:

@@ -24,6 +24,7 @@ from turnkeep.backendkit import newer_format
 from turnkeep.clock import Clock, now_ms
 from turnkeep.errors import (
     FlushError,
+    FlushOutcomeUnknownError,
     InvalidForkPointError,
     InvalidSeedError,
     SessionExistsError,
@@ -57,6 +58,8 @@ class CloseReport:
         unsaved: how many of its events were not stored by this process.
         first_unsaved_seq: the seq of the first of them (`None` if none).
         reason: why they were not stored, for people (empty when saved).
+        in_doubt: the first and last seq of a flush among them whose outcome
+            is unknown (it may be stored: load the session to see), if any.
     """
 
     session_id: str
@@ -64,6 +67,7 @@ class CloseReport:
     unsaved: int = 0
     first_unsaved_seq: int | None = None
     reason: str = ""
+    in_doubt: tuple[int, int] | None = None
 
     @property
     def saved(self) -> bool:
@@ -75,10 +79,16 @@ class CloseReport:
         if self.saved:
             return f"session {self.session_id!r}: closed, everything stored"
         last = (self.first_unsaved_seq or 0) + self.unsaved - 1
+        doubt = ""
+        if self.in_doubt is not None:
+            doubt = (
+                f", of which seq {self.in_doubt[0]}..{self.in_doubt[1]} may be "
+                "stored all the same (outcome unknown: load the session to see)"
+            )
         return (
             f"session {self.session_id!r}: {self.outcome}; {self.unsaved} "
             f"event(s) not stored by this process (seq {self.first_unsaved_seq}"
-            f"..{last}): {self.reason}"
+            f"..{last}){doubt}: {self.reason}"
         )
 
 
@@ -291,7 +301,10 @@ class SessionStore:
             if not self._hooks.is_fenced(session):
                 session.closed = False
                 raise
-            return await self._drop(session, "fenced", str(exc))
+            doubt = None
+            if isinstance(exc, FlushOutcomeUnknownError):
+                doubt = (exc.first_seq, exc.last_seq)
+            return await self._drop(session, "fenced", str(exc), doubt)
         except BaseException:
             session.closed = False
             raise
@@ -315,7 +328,11 @@ class SessionStore:
         )
 
     async def _drop(
-        self, session: Session, outcome: CloseOutcome, reason: str
+        self,
+        session: Session,
+        outcome: CloseOutcome,
+        reason: str,
+        in_doubt: tuple[int, int] | None = None,
     ) -> CloseReport:
         unsaved = self._hooks.unsaved(session)
         report = CloseReport(
@@ -324,6 +341,7 @@ class SessionStore:
             unsaved=unsaved,
             first_unsaved_seq=len(session.events) - unsaved if unsaved else None,
             reason=reason if unsaved else "",
+            in_doubt=in_doubt if unsaved else None,
         )
         if self._live.get(session.id) is session:
             del self._live[session.id]

@@ -13,7 +13,8 @@ drains every live session and closes the backend.
 - A failed flush keeps its events buffered, in order, and raises
   `FlushError`; the next flush retries. If a backend reports that part of a
   retried batch had already landed (an ambiguous earlier failure), only the
-  rest is sent.
+  rest is sent. A flush of unknown outcome stays *in doubt* (its seq range)
+  until an append settles it; failures meanwhile say so, never "not stored".
 - The per-session state (`WriteState`) is the write-behind's own: made at
   `session_created` (a resumed session starts with its loaded events
   durable), dropped at `session_closed`, and handed to the `successor`
@@ -35,6 +36,7 @@ from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.errors import (
     EventRejectedError,
     FlushError,
+    FlushOutcomeUnknownError,
     SequenceError,
     SessionExistsError,
     SessionFencedError,
@@ -73,6 +75,8 @@ class WriteState:
             lazily, per instance).
         maybe_landed: an append failed in a way that may still have stored it
             (a lost acknowledgement).
+        in_doubt: the first and last seq of a flush whose outcome the
+            backend reported unknown, until an append settles it.
         fenced: another process took the session over: nothing this one
             buffers can be stored any more (it may be resumed afresh).
         init: the registration started at `session_created`; a flush awaits
@@ -87,6 +91,7 @@ class WriteState:
     stored_summary: SessionSummary | None = attrs.field(default=None, repr=False)
     registered_with: object | None = attrs.field(default=None, repr=False)
     maybe_landed: bool = False
+    in_doubt: tuple[int, int] | None = None
     fenced: bool = False
     init: asyncio.Future[None] | None = None
     init_owner: object | None = attrs.field(default=None, repr=False)
@@ -406,8 +411,15 @@ class WriteBehind:
             if rest:
                 await self._append(session, writes, rest)
             return
+        except FlushOutcomeUnknownError as exc:
+            writes.maybe_landed = True
+            writes.in_doubt = (exc.first_seq, exc.last_seq)
+            writes.fenced = writes.fenced or exc.fenced
+            raise self._in_doubt(session, writes, batch, exc) from exc
         except SessionFencedError as exc:
             writes.fenced = True
+            if writes.in_doubt is not None:
+                raise self._in_doubt(session, writes, batch, exc) from exc
             raise FlushError(
                 f"session {session.id!r}: another process took it over, so "
                 f"{len(batch)} event(s) from seq {batch[0].seq} cannot be stored "
@@ -418,6 +430,8 @@ class WriteBehind:
         except Exception as exc:
             # It may have landed all the same (a lost acknowledgement).
             writes.maybe_landed = True
+            if writes.in_doubt is not None:
+                raise self._in_doubt(session, writes, batch, exc) from exc
             raise FlushError(
                 f"session {session.id!r}: {len(batch)} event(s) from seq "
                 f"{batch[0].seq} could not be stored in {self.name!r}: {exc}. "
@@ -426,12 +440,45 @@ class WriteBehind:
             ) from exc
         _acknowledge(writes, len(batch))
 
+    def _in_doubt(
+        self,
+        session: Session,
+        writes: WriteState,
+        batch: Sequence[EventRecord],
+        cause: Exception,
+    ) -> FlushOutcomeUnknownError:
+        """The error of a flush attempt while a flush's outcome is unknown."""
+        first, last = writes.in_doubt or (batch[0].seq, batch[-1].seq)
+        rest = (
+            f"; seq {last + 1}..{batch[-1].seq} are not stored"
+            if batch[-1].seq > last
+            else ""
+        )
+        what = (
+            "another process took the session over, so this one cannot find out: "
+            "resume the session afresh and look at its log (the events are all "
+            "there, or none are) before running anything again"
+            if writes.fenced
+            else "they stay buffered and the next flush settles it"
+        )
+        return FlushOutcomeUnknownError(
+            f"session {session.id!r}: the flush of seq {first}..{last} may or may "
+            f"not be stored in {self.name!r} ({cause}){rest}; {what}. Do not store "
+            "these events anywhere else.",
+            session_id=session.id,
+            first_seq=first,
+            last_seq=last,
+            fenced=writes.fenced,
+        )
+
 
 def _acknowledge(writes: WriteState, count: int) -> None:
     del writes.pending[:count]
     writes.persisted += count
     writes.created = True
     writes.maybe_landed = False
+    if writes.in_doubt is not None and writes.in_doubt[0] < writes.persisted:
+        writes.in_doubt = None  # settled: its events are stored now
 
 
 def _initial_state(session: Session) -> WriteState:

@@ -9,6 +9,7 @@ kills them.
 
 Children run a *role* (below) and exit with a code the tests read: 0 done,
 3 `SessionLockedError`, 4 `SessionFencedError`, 7 `SessionExistsError`,
+8 `FlushOutcomeUnknownError` (its seq range written to `<acks>.unknown`),
 5 another turnkeep error, 6 anything else (traceback on stderr). They
 acknowledge each durable flush by appending `ACK <n>` to an ack file (never
 buffered), after `append` returned.
@@ -33,6 +34,7 @@ import msgspec  # noqa: E402
 from plugins.jsonl.helpers import meta, turn  # noqa: E402
 from support.faultyops import NoSyncFileOps  # noqa: E402
 from turnkeep.errors import (  # noqa: E402
+    FlushOutcomeUnknownError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
@@ -271,6 +273,10 @@ def child(cmd: dict[str, Any]) -> None:
         asyncio.run(ROLES[cmd["role"]](cmd))
     except SessionLockedError:
         code = 3
+    except FlushOutcomeUnknownError as exc:
+        if cmd.get("acks"):
+            Path(cmd["acks"] + ".unknown").write_text(f"{exc.first_seq} {exc.last_seq}")
+        code = 8
     except SessionFencedError:
         code = 4
     except SessionExistsError:

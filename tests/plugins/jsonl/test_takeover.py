@@ -8,6 +8,7 @@ acknowledgement is fenced; a torn tail under a live holder is repaired.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from plugins.jsonl.helpers import log_file, meta, raws, turn, write_session
 from support.faultyops import NoSyncFileOps
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
+    FlushOutcomeUnknownError,
     SessionFencedError,
 )
 from turnkeep_jsonl import JsonlPersistence
@@ -173,7 +175,63 @@ async def test_a_takeover_between_write_and_acknowledgement_is_not_acknowledged(
     await holder.append("s", batch(0))
     copied = log_size(store)
     ops.armed = True
-    with pytest.raises(SessionFencedError):
-        await holder.append("s", batch(len(batch(0)), 1))
-    # The flush went to the orphaned file: the log has only the first one.
+    flush = batch(len(batch(0)), 1)
+    # The holder cannot tell whether the takeover copied its flush: unknown.
+    with pytest.raises(FlushOutcomeUnknownError) as failed:
+        await holder.append("s", flush)
+    assert failed.value.fenced
+    assert (failed.value.first_seq, failed.value.last_seq) == (
+        flush[0].seq,
+        flush[-1].seq,
+    )
+    # Here the flush went to the orphaned file: the log has only the first one.
     assert (await open_backend().load("s")).events == raws([batch(0)])
+
+
+async def test_a_takeover_that_copies_a_flush_in_flight_never_says_not_written(
+    store: Path, open_backend: Open
+) -> None:
+    """Issue 12.3: the old owner's flush is in the new owner's log (R17).
+
+    A real takeover (`claim(steal=True)` of another instance) runs between
+    the holder's write and its identity check, copying the log with the
+    written flush in it. The holder must report the flush's outcome as
+    unknown with its seq range, not as fenced-and-not-written: a caller that
+    believed the latter would store the turn twice.
+    """
+    loop = asyncio.get_running_loop()
+    stealer = open_backend()
+
+    def take_over() -> None:
+        # Runs on the holder's I/O thread; the takeover runs on the loop.
+        asyncio.run_coroutine_threadsafe(stealer.claim("s", steal=True), loop).result(
+            timeout=30
+        )
+
+    ops = StealDuringFsync(take_over)
+    holder = open_backend(ops)
+    await holder.create(meta("s"))
+    await holder.append("s", batch(0))
+    flush = batch(len(batch(0)), 1)
+    ops.armed = True
+    with pytest.raises(FlushOutcomeUnknownError) as failed:
+        await holder.append("s", flush)
+    assert failed.value.fenced
+    assert failed.value.session_id == "s"
+    assert (failed.value.first_seq, failed.value.last_seq) == (
+        flush[0].seq,
+        flush[-1].seq,
+    )
+    # The new owner continues from a log that holds the flush.
+    assert (await stealer.load("s")).events == raws([batch(0), flush])
+    after = batch(flush[-1].seq + 1, 2)
+    await stealer.append("s", after)
+    assert (await stealer.load("s")).events == raws([batch(0), flush, after])
+    # The old holder keeps saying so, and writes nothing more.
+    with pytest.raises(FlushOutcomeUnknownError) as again:
+        await holder.append("s", flush)
+    assert (again.value.first_seq, again.value.last_seq) == (
+        flush[0].seq,
+        flush[-1].seq,
+    )
+    assert (await stealer.load("s")).events == raws([batch(0), flush, after])

@@ -17,7 +17,7 @@ from plugins.jsonl.helpers import turn
 from turnkeep.codec import EventRecord
 
 ZYGOTE = Path(__file__).with_name("_zygote.py")
-LOCKED, FENCED = 3, 4
+LOCKED, FENCED, UNKNOWN = 3, 4, 8
 
 
 class Zygote:

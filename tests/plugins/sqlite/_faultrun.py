@@ -3,11 +3,14 @@
 `python _faultrun.py loop KIND ERRNO DIR [STRIDE]` runs, under the
 `faultshim.so` preload, one 50-turn write per k = 1..K (K = the calls of KIND
 such a run makes), failing the k-th call once and from then on. Each trial
-checks: the failing flush raises `StorageError` (nothing untyped, nothing
-silently acknowledged); the writer is poisoned (the next append raises at
-once, with no further sync or write); a fresh instance loads a valid log
-(the ACKed turns, plus at most the failed flush, whole); the database passes
-`integrity_check`; and the reopened session takes a new turn.
+checks: the failing flush raises `StorageError`, or `FlushOutcomeUnknownError`
+with its seq range (nothing untyped, nothing silently acknowledged), and a
+failed flush that the reload finds in the log was reported as of unknown
+outcome, never as a plain `StorageError` (R17); the writer is poisoned (the
+next append raises at once, with no further sync or write); a fresh instance
+loads a valid log (the ACKed turns, plus at most the failed flush, whole);
+the database passes `integrity_check`; and the reopened session takes a new
+turn.
 
 `python _faultrun.py read-eio DIR` fails a read during `load`.
 `python _faultrun.py rlimit DIR TRIALS SEED` runs plan item 14: each trial
@@ -31,7 +34,12 @@ from typing import Any
 
 import msgspec
 
-from turnkeep.errors import SessionCorruptError, StorageError, TurnkeepError
+from turnkeep.errors import (
+    FlushOutcomeUnknownError,
+    SessionCorruptError,
+    StorageError,
+    TurnkeepError,
+)
 from turnkeep.meta import SessionHeader, SessionMeta
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
@@ -80,7 +88,24 @@ async def write_run(
     return acked, None, backend
 
 
-async def verify(path: Path, acked: int, failed: bool) -> list[str]:
+FAILURES = (StorageError, FlushOutcomeUnknownError)
+
+
+def outcome_problems(acked: int, exc: BaseException, landed: bool) -> list[str]:
+    """What is wrong with how the failed flush (turn `acked`) was reported."""
+    if isinstance(exc, FlushOutcomeUnknownError):
+        flush = WORKLOAD[acked]
+        if (exc.first_seq, exc.last_seq) != (flush[0].seq, flush[-1].seq):
+            return [f"unknown outcome names seq {exc.first_seq}..{exc.last_seq}"]
+        return []
+    if landed:
+        return [f"the failed flush landed but was reported as {exc!r}"]
+    return []
+
+
+async def verify(
+    path: Path, acked: int, failed: bool, exc: BaseException | None = None
+) -> list[str]:
     problems: list[str] = []
     backend = SqlitePersistence(SqliteConfig(path=path))
     try:
@@ -91,6 +116,8 @@ async def verify(path: Path, acked: int, failed: bool) -> list[str]:
         loaded = BOUNDARIES.index(len(events))
         if not acked <= loaded <= acked + (1 if failed else 0):
             problems.append(f"ACKed {acked} turns, loaded {loaded}")
+        if exc is not None:
+            problems.extend(outcome_problems(acked, exc, loaded > acked))
         if events != RAWS[: len(events)]:
             problems.append("loaded bytes differ from the written ones")
         if loaded < TURNS + 1 and events:
@@ -140,7 +167,7 @@ async def loop(
             if exc is None:
                 if shim.tripped():
                     violations.append(f"{label}: a failed call went unreported")
-            elif not isinstance(exc, StorageError):
+            elif not isinstance(exc, FAILURES):
                 violations.append(f"{label}: untyped {exc!r}")
             else:
                 syncs, writes = shim.count(0), shim.count(1)
@@ -154,7 +181,7 @@ async def loop(
             await backend.aclose()
             shim.disarm()
             violations.extend(
-                f"{label}: {p}" for p in await verify(path, acked, exc is not None)
+                f"{label}: {p}" for p in await verify(path, acked, exc is not None, exc)
             )
     return {"calls": calls, "trials": trials, "violations": violations}
 
@@ -203,12 +230,12 @@ async def rlimit(root: Path, trials: int, seed: int) -> dict[str, Any]:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         if exc is not None:
             refused += 1
-            if not isinstance(exc, StorageError):
+            if not isinstance(exc, FAILURES):
                 violations.append(f"trial {trial} limit {limit}: untyped {exc!r}")
         await backend.aclose()
         violations.extend(
             f"trial {trial} limit {limit}: {p}"
-            for p in await verify(path, acked, exc is not None)
+            for p in await verify(path, acked, exc is not None, exc)
         )
     return {"trials": trials, "refused": refused, "violations": violations}
 

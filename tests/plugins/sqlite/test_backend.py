@@ -22,6 +22,7 @@ from tests.support.worker_client import SpawnWorker
 
 from turnkeep.config import Config, load_config
 from turnkeep.errors import (
+    FlushOutcomeUnknownError,
     InvalidCursorError,
     SequenceError,
     SessionFencedError,
@@ -327,3 +328,67 @@ async def test_a_driver_error_half_way_reruns_the_rest_of_the_group(
         "SELECT next_seq FROM sessions WHERE id = 'bad'"
     ).fetchone() == (3,)  # nothing of the failed flush stayed
     await store.append("good1", turn_records(6, 2))  # not poisoned: a bad row is no I/O
+
+
+class _LosesCommitReply:
+    """The writer's connection, whose next COMMIT lands and then fails.
+
+    As when the acknowledgement of a commit is lost: the transaction is
+    durable, but the driver reports an I/O error (R17).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, *, lands: bool) -> None:
+        self._conn = conn
+        self.lands = lands
+        self.armed = True
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if self.armed and sql == "COMMIT":
+            self.armed = False
+            if self.lands:
+                self._conn.execute(sql)
+            error = sqlite3.OperationalError("disk I/O error")
+            error.sqlite_errorcode = 10  # SQLITE_IOERR
+            raise error
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("lands", [True, False], ids=["landed", "not-landed"])
+async def test_a_failed_commit_reports_each_flush_as_of_unknown_outcome(
+    open_store: Callable[..., SqlitePersistence], lands: bool
+) -> None:
+    store = open_store()
+    for sid in ("a", "b"):
+        await _stored(store, sid)
+    writer = store._writer  # pyright: ignore[reportPrivateUsage]
+    conn = writer._conn  # pyright: ignore[reportPrivateUsage]
+    assert conn is not None
+    writer._conn = _LosesCommitReply(conn, lands=lands)  # type: ignore[assignment]  # pyright: ignore[reportPrivateUsage]
+    flushes = {sid: turn_records(3, 1) for sid in ("a", "b")}
+    results = await asyncio.gather(
+        *(store.append(sid, records) for sid, records in flushes.items()),
+        return_exceptions=True,
+    )
+    for sid, result in zip(flushes, results, strict=True):
+        assert isinstance(result, FlushOutcomeUnknownError), repr(result)
+        assert result.session_id == sid
+        assert (result.first_seq, result.last_seq) == (3, 5)
+        assert not result.fenced
+        assert isinstance(result.__cause__, StorageError)
+    # Whichever it was, a new instance tells, and a retry settles it.
+    await store.aclose()
+    again = open_store()
+    for sid, records in flushes.items():
+        stored = len((await again.load(sid)).events)
+        assert stored == (6 if lands else 3)
+        if lands:
+            with pytest.raises(SequenceError) as info:
+                await again.append(sid, records)
+            assert info.value.expected == 6
+        else:
+            await again.append(sid, records)
+        assert len((await again.load(sid)).events) == 6

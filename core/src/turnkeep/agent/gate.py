@@ -7,7 +7,10 @@ Before a turn (or recovery) runs, `DurabilityGate.admit` makes sure that
   model call (and the refused session is dropped, not left trapped);
 - everything the previous turn appended is durable (R7): if its flush
   failed, it is retried once, and if it still fails the turn is refused
-  with `TurnNotDurableError`, the events kept in memory, in order.
+  with `TurnNotDurableError`, the events kept in memory, in order; if the
+  outcome of a flush is unknown (R17), that `FlushOutcomeUnknownError`
+  itself refuses the turn, with its seq range, so no one reads "not stored"
+  into it.
 
 The turn's own durability points go through `flush`, which remembers a
 failure so the next admission retries it.
@@ -18,7 +21,12 @@ from __future__ import annotations
 import attrs
 
 from turnkeep.agent.turns import Running
-from turnkeep.errors import FlushError, SessionExistsError, TurnNotDurableError
+from turnkeep.errors import (
+    FlushError,
+    FlushOutcomeUnknownError,
+    SessionExistsError,
+    TurnNotDurableError,
+)
 from turnkeep.host import Host
 from turnkeep.session import Session
 
@@ -37,6 +45,8 @@ class DurabilityGate:
 
         Raises:
             SessionExistsError: a new session's id is already stored.
+            FlushOutcomeUnknownError: whether the previous turn's events are
+                stored is not known (the turn did not start).
             TurnNotDurableError: the previous turn still cannot be flushed.
         """
         session = running.session
@@ -56,6 +66,8 @@ class DurabilityGate:
         running.phase = "flush"
         try:
             await self.flush(session)
+        except FlushOutcomeUnknownError:
+            raise  # "not durable" would be a guess: pass the range on
         except FlushError as exc:
             raise TurnNotDurableError(
                 f"session {session.id!r}: the previous turn is not durable "

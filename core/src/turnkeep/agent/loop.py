@@ -286,8 +286,9 @@ class AgentLoop:
                 nothing was changed.
             TurnNotDurableError: the previous turn is still not durable after
                 one more flush; the turn did not start.
-            FlushError: the turn ended but its final flush failed. Its
-                events stay in memory; the next turn retries the flush.
+            FlushError: the turn ended but its final flush failed; the next
+                turn retries it. `FlushOutcomeUnknownError` (also at start):
+                it may be stored; see docs/agent-loop.md.
             SessionNotFoundError: the session is not live.
         """
         session_id, text = self._with_session("run_turn", args)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 import msgspec
@@ -42,6 +42,7 @@ __all__ = [
     "check_watermark",
     "close",
     "fence",
+    "identity",
     "is_live",
     "poison",
     "scan_log",
@@ -80,9 +81,11 @@ class Handle:
     """A session this process drives: its open log, its lock and its state.
 
     `failure` is set once the handle must not write any more: a
-    `StorageError` (poisoned, R6) or `SessionFencedError` (taken over).
-    Every later write raises it again. (Damage found in the log is kept by
-    `Operations.damaged`, the backend kit's guard.)
+    `StorageError` (poisoned, R6), `SessionFencedError` (taken over), or
+    `FlushOutcomeUnknownError` (either of those after a flush was written,
+    so that flush may be in the log). Every later write raises it again.
+    (Damage found in the log is kept by `Operations.damaged`, the backend
+    kit's guard.)
     """
 
     stem: str
@@ -167,10 +170,8 @@ def fence(handle: Handle, why: str) -> SessionFencedError:
     return error
 
 
-def check_owner(ops: FileOps, handle: Handle, *, identity: bool = True) -> int:
+def check_owner(ops: FileOps, handle: Handle) -> int:
     """Refuse to write unless the log's name still points at our file (R9).
-
-    `identity=False` skips the name lookup (a flush checks it after writing).
 
     Returns:
         The file's size, for the caller to compare with `handle.end` (a
@@ -184,8 +185,7 @@ def check_owner(ops: FileOps, handle: Handle, *, identity: bool = True) -> int:
         size = ops.fstat(handle.fd).st_size
     except OSError as exc:
         raise poison(handle, exc, "checking its log") from exc
-    if identity:
-        check_identity(ops, handle)
+    check_identity(ops, handle)
     return size
 
 
@@ -196,14 +196,28 @@ def check_identity(ops: FileOps, handle: Handle) -> None:
         SessionFencedError: it was deleted or replaced (a takeover).
         StorageError: the check failed (the handle is poisoned).
     """
+    found = identity(ops, handle)
+    if found == "deleted":
+        raise fence(handle, "its log was deleted")
+    if found == "replaced":
+        raise fence(handle, "another owner took it over")
+
+
+def identity(ops: FileOps, handle: Handle) -> Literal["ours", "replaced", "deleted"]:
+    """What the log's name points at: our open file, another one, nothing.
+
+    Raises:
+        StorageError: the lookup failed (the handle is poisoned).
+    """
     try:
         now = ops.stat(handle.stem + LOG_SUFFIX, dir_fd=handle.gfd)
     except FileNotFoundError:
-        raise fence(handle, "its log was deleted") from None
+        return "deleted"
     except OSError as exc:
         raise poison(handle, exc, "checking its log") from exc
     if (now.st_dev, now.st_ino) != (handle.dev, handle.ino):
-        raise fence(handle, "another owner took it over")
+        return "replaced"
+    return "ours"
 
 
 def write_sidecar(store: Store, handle: Handle, summary: SessionSummary) -> None:

@@ -23,6 +23,7 @@ from turnkeep.backendkit import DamagedSessions, check_batch
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     EventRejectedError,
+    FlushOutcomeUnknownError,
     SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
@@ -38,7 +39,7 @@ from .catalog import Catalog, Entry
 from .claim import open_stored, take_epoch
 from .fileops import FileOps
 from .format import all_storable, bad_event_reason
-from .handle import Handle, Pending, check_identity, close, poison, write_sidecar
+from .handle import Handle, Pending, close, poison, write_sidecar
 from .listing import Run, run_of
 from .locks import lock, unlock
 from .store import Store, storage_error
@@ -187,26 +188,21 @@ class Operations:
         if handle is not None:
             self.damaged.check(session_id)
             _refuse_if_failed(handle)
-            # Size only: the identity of the file is checked after the write,
-            # which is what keeps a takeover from being acknowledged over.
+            # The identity is checked before the write, so that an owner
+            # fenced by a finished takeover writes nothing and can say so,
+            # and again after it (see `writer.append`), which is what keeps a
+            # takeover racing the write from being acknowledged over.
             with self.damaged.watch(session_id):
-                settle(self.store, handle, max_line=self.max_line, identity=False)
+                settle(self.store, handle, max_line=self.max_line)
         expected = handle.state.seq if handle is not None else 0
-        try:
-            check_batch(
-                session_id,
-                records,
-                next_seq=expected,
-                max_event_bytes=self.max_event_bytes,
-            )
-            _check_storable(session_id, records)
-        except BaseException:
-            if handle is not None:
-                check_identity(self.ops, handle)  # a fenced owner hears so first
-            raise
+        check_batch(
+            session_id,
+            records,
+            next_seq=expected,
+            max_event_bytes=self.max_event_bytes,
+        )
+        _check_storable(session_id, records)
         if not records:
-            if handle is not None:
-                check_identity(self.ops, handle)
             return
         if handle is not None:
             append(self.store, handle, records)
@@ -220,7 +216,7 @@ class Operations:
         with self._mu:
             del self._pending[session_id]
             self._held[session_id] = handle
-        finish_creation(self.store, handle)
+        finish_creation(self.store, handle, records)
 
     def update(self, session_id: str, summary: SessionSummary) -> None:
         """See `JsonlPersistence.update`."""
@@ -355,7 +351,16 @@ def _refuse_if_failed(handle: Handle) -> None:
             raise SessionFencedError("this handle belongs to the parent process")
         return
     error: TurnkeepError
-    if isinstance(failure, SessionFencedError):
+    if isinstance(failure, FlushOutcomeUnknownError):
+        # Still unknown: say so again, never "nothing was written".
+        error = FlushOutcomeUnknownError(
+            str(failure),
+            session_id=failure.session_id,
+            first_seq=failure.first_seq,
+            last_seq=failure.last_seq,
+            fenced=failure.fenced,
+        )
+    elif isinstance(failure, SessionFencedError):
         error = SessionFencedError(str(failure))
     else:
         error = StorageError(str(failure))

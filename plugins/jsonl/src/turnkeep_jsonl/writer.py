@@ -20,9 +20,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from turnkeep.backendkit import count_turn_ends
+from turnkeep.backendkit import count_turn_ends, outcome_unknown
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
+    FlushOutcomeUnknownError,
     SessionCorruptError,
     SessionExistsError,
     SessionFencedError,
@@ -49,9 +50,10 @@ from .handle import (
     HOST,
     Handle,
     Pending,
-    check_identity,
     check_owner,
     close,
+    fence,
+    identity,
     poison,
     write_sidecar,
 )
@@ -148,21 +150,27 @@ def materialise(
     return handle
 
 
-def finish_creation(store: Store, handle: Handle) -> None:
+def finish_creation(
+    store: Store, handle: Handle, records: Sequence[EventRecord]
+) -> None:
     """Make a new log's name durable, then store its summary if it has one.
 
     Raises:
-        StorageError: a step failed; the handle is poisoned (the first flush
-            is not acknowledged).
+        FlushOutcomeUnknownError: a step failed after the log holding the
+            first flush (`records`) was renamed into place, where readers
+            see it and where it may stay; the handle is poisoned.
     """
-    if handle.failure is not None:
-        raise handle.failure
     try:
-        store.ops.fsync_dir(handle.gfd)
-        if _worth_a_sidecar(handle.summary):
-            write_sidecar(store, handle, handle.summary)
-    except OSError as exc:
-        raise poison(handle, exc, "creating its log") from exc
+        if handle.failure is not None:
+            raise handle.failure
+        try:
+            store.ops.fsync_dir(handle.gfd)
+            if _worth_a_sidecar(handle.summary):
+                write_sidecar(store, handle, handle.summary)
+        except OSError as exc:
+            raise poison(handle, exc, "creating its log") from exc
+    except StorageError as exc:
+        raise _unknown(handle, records, str(exc)) from exc
 
 
 def _worth_a_sidecar(summary: SessionSummary) -> bool:
@@ -203,9 +211,13 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
     """Durably append one flush (the caller checked the log is ours: `settle`).
 
     Raises:
-        SessionFencedError: another writer took the log over or changed it;
-            nothing of this flush is in the log.
-        StorageError: the flush failed; the handle is poisoned.
+        StorageError: writing failed before the flush's commit line was
+            whole, so nothing of it is in the log; the handle is poisoned.
+        FlushOutcomeUnknownError: the flush was written but may or may not
+            be in the log: its fsync failed (poisoned), or the log was taken
+            over meanwhile (`fenced`), by a takeover that may have copied it.
+            The handle keeps raising it.
+        SessionFencedError: the log was deleted meanwhile; nothing is stored.
     """
     ops = store.ops
     now = handle.state
@@ -213,26 +225,56 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
     data = flush_bytes(state, records)
     try:
         write_all(ops, handle.fd, data, handle.end)
+    except OSError as exc:
+        # The commit line comes last, so an incomplete write holds no flush:
+        # its bytes are a torn tail, which the next claim cuts.
+        raise poison(handle, exc, "flushing") from exc
+    try:
         ops.fsync(handle.fd)
     except OSError as exc:
-        raise poison(handle, exc, "flushing") from exc
+        poison(handle, exc, "flushing")
+        # The bytes may be durable all the same (and a reader sees them).
+        raise _unknown(handle, records, f"its fsync failed: {exc}") from exc
     # A takeover between the check above and our write sent the write to an
-    # orphaned file: only acknowledge once the name still points at ours.
-    check_identity(ops, handle)
+    # orphaned file: only acknowledge once the name still points at ours. A
+    # takeover copies the log it replaces, and whether that copy was made
+    # before or after our write, only the new owner's log tells.
+    try:
+        found = identity(ops, handle)
+    except StorageError as exc:
+        raise _unknown(handle, records, f"its log could not be checked: {exc}") from exc
+    if found == "deleted":
+        raise fence(handle, "its log was deleted")
+    if found == "replaced":
+        cause = fence(handle, "another owner took it over")
+        raise _unknown(
+            handle,
+            records,
+            "another process took the session over while it was written, "
+            "and may have copied it into the log it continues",
+            fenced=True,
+        ) from cause
     handle.state = state
     handle.end += len(data)
 
 
-def settle(
-    store: Store, handle: Handle, *, max_line: int, identity: bool = True
-) -> None:
-    """Check the log ends where we left it (and, with `identity`, is still ours).
+def _unknown(
+    handle: Handle, records: Sequence[EventRecord], why: str, *, fenced: bool = False
+) -> FlushOutcomeUnknownError:
+    """Mark the handle failed with an outcome-unknown flush; return the error."""
+    error = outcome_unknown(handle.header.id, records, why, fenced=fenced)
+    handle.failure = error
+    return error
+
+
+def settle(store: Store, handle: Handle, *, max_line: int) -> None:
+    """Check the log is still ours and ends where we left it.
 
     Raises:
         SessionFencedError: another owner took it over.
         SessionCorruptError, StorageError: see `reconcile`.
     """
-    size = check_owner(store.ops, handle, identity=identity)
+    size = check_owner(store.ops, handle)
     if size != handle.end:
         reconcile(store, handle, size, max_line=max_line)
 

@@ -23,11 +23,12 @@ from typing import TypeVar
 import attrs
 import msgspec
 
-from turnkeep.backendkit import DamagedSessions
+from turnkeep.backendkit import DamagedSessions, outcome_unknown
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     PersistenceError,
     SessionOwnershipError,
+    StorageError,
     TurnkeepError,
 )
 from turnkeep.ids import validate_session_id
@@ -48,7 +49,7 @@ from turnkeep_sqlite.files import (
 from turnkeep_sqlite.owner import current_identity, live_tokens
 from turnkeep_sqlite.reads import Readers
 from turnkeep_sqlite.schema import connect_reader, connect_writer
-from turnkeep_sqlite.writer import Tx, Writer, WriterStats
+from turnkeep_sqlite.writer import Tx, Unknown, Writer, WriterStats
 
 __all__ = ["SqlitePersistence"]
 
@@ -132,8 +133,16 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         self._damaged.check(session_id)
         records = list(events)  # snapshot: the caller may reuse its list
+
+        def unknown(error: StorageError) -> TurnkeepError:
+            # The COMMIT failed: the flush may be durable all the same (R17).
+            exc = outcome_unknown(session_id, records, str(error))
+            exc.__cause__ = error
+            return exc
+
         await self._write(
-            lambda tx: writes.append(tx, self._state, session_id, records)
+            lambda tx: writes.append(tx, self._state, session_id, records),
+            unknown=unknown if records else None,
         )
 
     async def load(self, session_id: str) -> LoadedSession:
@@ -208,10 +217,12 @@ class SqlitePersistence:
                 "backend in the child"
             )
 
-    async def _write(self, operation: Callable[[Tx], T]) -> T:
+    async def _write(
+        self, operation: Callable[[Tx], T], *, unknown: Unknown | None = None
+    ) -> T:
         self._check_usable()
         self._used = True
-        result = await self._writer.submit(operation)
+        result = await self._writer.submit(operation, unknown=unknown)
         self._opened = True
         return result
 

@@ -21,7 +21,10 @@ each event loop in one callback.
 
 An I/O-class error while writing, or any failed `COMMIT`, *poisons* the writer
 (R6): it closes its connection and every later write raises `StorageError`;
-recovery is a new backend instance (reopen, then load).
+recovery is a new backend instance (reopen, then load). A failed `COMMIT`
+may have left a durable commit behind, so its operations' outcome is
+unknown: each gets the error its `unknown` builds (an append's
+`FlushOutcomeUnknownError`, R17), not a plain `StorageError`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from turnkeep.errors import PersistenceError, StorageError, TurnkeepError
 from turnkeep_sqlite.schema import check_schema_version, retry_busy
 from turnkeep_sqlite.sqlerrors import is_io, storage_error
 
-__all__ = ["Operation", "Tx", "Writer", "WriterStats"]
+__all__ = ["Operation", "Tx", "Unknown", "Writer", "WriterStats"]
 
 T = TypeVar("T")
 
@@ -60,12 +63,17 @@ class Tx:
 Operation = Callable[[Tx], T]
 
 
+Unknown = Callable[[StorageError], TurnkeepError]
+"""Builds the error of an operation whose `COMMIT` failed (outcome unknown)."""
+
+
 @attrs.define(eq=False)
 class _Job(Generic[T]):
     operation: Operation[T]
     future: asyncio.Future[T]
     loop: asyncio.AbstractEventLoop
     settled: bool = False
+    unknown: Unknown | None = None
 
 
 @attrs.define
@@ -113,11 +121,15 @@ class Writer:
         init=False, factory=list[tuple[_Job[Any], bool, Any]]
     )
 
-    def submit(self, operation: Operation[T]) -> asyncio.Future[T]:
+    def submit(
+        self, operation: Operation[T], *, unknown: Unknown | None = None
+    ) -> asyncio.Future[T]:
         """Queue `operation` for a group; the future settles after its commit.
 
         Call it on the event loop's thread. Operations submitted during one
-        loop iteration are handed to the writer together, at its end.
+        loop iteration are handed to the writer together, at its end. If the
+        group's `COMMIT` fails, the future fails with `unknown(error)` (when
+        given): the operation may have been committed all the same.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -126,7 +138,7 @@ class Writer:
             if staged is None:
                 staged = self._staged[loop] = []
                 loop.call_soon(self._hand_off, loop)
-            staged.append(_Job(operation, future, loop))
+            staged.append(_Job(operation, future, loop, unknown=unknown))
         return future
 
     def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -285,7 +297,8 @@ class Writer:
             self._rollback(conn)
             self._poison_with(error)
             self._undo(done)
-            self._fail([j for j, _, _ in done], error)
+            for job, _, _ in done:
+                self._settle(job, False, job.unknown(error) if job.unknown else error)
             self._settle_refused(refused)
             return []
         try:
