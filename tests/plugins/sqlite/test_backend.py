@@ -16,6 +16,7 @@ import signal
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.worker_client import SpawnWorker
@@ -342,7 +343,7 @@ class _LosesCommitReply:
         self.lands = lands
         self.armed = True
 
-    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if self.armed and sql == "COMMIT":
             self.armed = False
             if self.lands:
