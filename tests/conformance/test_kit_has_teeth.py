@@ -12,7 +12,8 @@ BROKEN = textwrap.dedent(
     import pytest
 
     from turnkeep.conformance import (
-        AppendContract, CrashTailContract, ListContract, MetadataContract,
+        AppendContract, CrashTailContract, DeleteContract, ListContract,
+        MetadataContract,
     )
     from turnkeep.memory import MemoryPersistence, MemoryStorage
     from turnkeep.persistence import SessionPage
@@ -86,6 +87,35 @@ BROKEN = textwrap.dedent(
                 for m in page.items
             ]
             return SessionPage(items=items, next_cursor=page.next_cursor)
+
+
+    class DeletesUnderAHolder(MemoryPersistence):
+        """Deletes a session another owner holds, as if always forced."""
+
+        async def delete(self, session_id, *, force=False):
+            await super().delete(session_id, force=True)
+
+
+    class FencesTheDeletedHolderGenerically(MemoryPersistence):
+        """A forced-out holder hears only that it was fenced, not why."""
+
+        async def delete(self, session_id, *, force=False):
+            await super().delete(session_id, force=force)
+            self.storage.deleted.clear()
+
+
+    class TestDeletesUnderAHolder(DeleteContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: DeletesUnderAHolder(storage)
+
+
+    class TestFencesTheDeletedHolderGenerically(DeleteContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: FencesTheDeletedHolderGenerically(storage)
 
 
     class TestMergesReappends(AppendContract):
@@ -162,6 +192,12 @@ EXPECTED_FAILURES = {
     },
     "TestListsWithoutNumbers": {
         "test_listing_reports_turns_and_size",
+    },
+    "TestDeletesUnderAHolder": {
+        "test_delete_of_a_session_another_owner_holds_is_refused",
+    },
+    "TestFencesTheDeletedHolderGenerically": {
+        "test_forced_delete_tells_the_holder_it_was_deleted",
     },
 }
 

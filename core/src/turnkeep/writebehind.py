@@ -35,7 +35,9 @@ from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.errors import (
     EventRejectedError,
     FlushError,
+    FlushSessionDeletedError,
     SequenceError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
@@ -374,6 +376,9 @@ class WriteBehind:
             if summary is not writes.stored_summary:
                 try:
                     await self.backend.update(session.id, summary)
+                except SessionDeletedError as exc:
+                    writes.fenced = True
+                    raise _deleted(session, 0, None) from exc
                 except Exception as exc:
                     raise FlushError(
                         f"session {session.id!r}: its summary could not be "
@@ -406,6 +411,9 @@ class WriteBehind:
             if rest:
                 await self._append(session, writes, rest)
             return
+        except SessionDeletedError as exc:
+            writes.fenced = True
+            raise _deleted(session, len(batch), batch[0].seq) from exc
         except SessionFencedError as exc:
             writes.fenced = True
             raise FlushError(
@@ -425,6 +433,18 @@ class WriteBehind:
                 session_id=session.id,
             ) from exc
         _acknowledge(writes, len(batch))
+
+
+def _deleted(
+    session: Session, count: int, first: int | None
+) -> FlushSessionDeletedError:
+    what = f"{count} event(s) from seq {first}" if count else "its summary"
+    return FlushSessionDeletedError(
+        f"session {session.id!r} was deleted from the store (a forced delete) "
+        f"while this process held it, so {what} cannot be stored; close it (a "
+        "report says what stayed unsaved): nothing is left to resume",
+        session_id=session.id,
+    )
 
 
 def _acknowledge(writes: WriteState, count: int) -> None:
