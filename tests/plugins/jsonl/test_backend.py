@@ -27,8 +27,9 @@ from turnkeep.errors import (
     EventRejectedError,
     SequenceError,
     SessionCorruptError,
+    SessionDeletedError,
     SessionExistsError,
-    SessionFencedError,
+    SessionHeldError,
     SessionNotFoundError,
     StorageError,
 )
@@ -218,7 +219,7 @@ async def test_a_group_directory_owned_by_someone_else_is_ignored(
     assert not await backend.has("s")
 
 
-async def test_delete_removes_everything_and_fences_a_holder(
+async def test_delete_removes_everything_and_a_forced_one_fences_a_holder(
     store: Path, open_backend: Open
 ) -> None:
     holder = open_backend()
@@ -232,10 +233,13 @@ async def test_delete_removes_everything_and_fences_a_holder(
     await other.claim("s")  # cuts the tail into quarantine
     await other.release("s")
     await holder.claim("s")
-    await open_backend().delete("s")
+    with pytest.raises(SessionHeldError):
+        await open_backend().delete("s")
+    assert await other.has("s")
+    await open_backend().delete("s", force=True)
     names = file_names(store)
     assert names <= {CATALOG, "catalog.lock", f"{session_name('s')}.lock"}
-    with pytest.raises(SessionFencedError):
+    with pytest.raises(SessionDeletedError):
         await holder.append("s", batch(len(batch(0)), 1))
     assert [m.id for m in (await other.list()).items] == []
 

@@ -24,6 +24,7 @@ from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     EventRejectedError,
     SessionCorruptError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
     SessionNotFoundError,
@@ -235,10 +236,14 @@ class Operations:
             )
             return
         handle = self._held.get(session_id)
+        if handle is not None and isinstance(handle.failure, SessionDeletedError):
+            _refuse_if_failed(handle)  # deleted under us: say so, write nothing
         if handle is not None and self._writable(session_id, handle):
             try:
                 with self.damaged.watch(session_id):
                     settle(self.store, handle, max_line=self.max_line)
+            except SessionDeletedError:
+                raise
             except SessionFencedError:
                 handle = None  # not ours any more: update like any reader would
         if handle is None or not self._writable(session_id, handle):
@@ -253,10 +258,10 @@ class Operations:
         except OSError as exc:
             raise poison(handle, exc, "storing its summary") from exc
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, force: bool) -> None:
         """See `JsonlPersistence.delete`."""
-        self._drop(session_id)
-        self.reads.delete(session_id)
+        self._drop(session_id)  # ours to let go: its lock is free for the delete
+        self.reads.delete(session_id, force=force)
 
     # -- reading ---------------------------------------------------------------
 
@@ -355,7 +360,9 @@ def _refuse_if_failed(handle: Handle) -> None:
             raise SessionFencedError("this handle belongs to the parent process")
         return
     error: TurnkeepError
-    if isinstance(failure, SessionFencedError):
+    if isinstance(failure, SessionDeletedError):
+        error = SessionDeletedError(failure.session_id)
+    elif isinstance(failure, SessionFencedError):
         error = SessionFencedError(str(failure))
     else:
         error = StorageError(str(failure))

@@ -16,6 +16,7 @@ import msgspec
 
 from turnkeep.errors import (
     SessionCorruptError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
 )
@@ -194,9 +195,27 @@ class Unheld:
 
     # -- delete ----------------------------------------------------------------
 
-    def delete(self, session_id: str) -> None:
-        """See `JsonlPersistence.delete` (the caller dropped its own handle)."""
+    def delete(self, session_id: str, *, force: bool) -> None:
+        """See `JsonlPersistence.delete` (the caller dropped its own handle).
+
+        Under the session's lock, taken from a live holder only when forced
+        (the holder then finds its log gone: `SessionDeletedError`).
+        """
         stem, gfd = self._locate(session_id)
+        try:
+            lock_fd, _ = lock(self.store, stem, steal=False)
+        except SessionLockedError:
+            if not force:
+                raise SessionHeldError(
+                    session_id, "another process (or backend instance)"
+                ) from None
+            lock_fd, _ = lock(self.store, stem, steal=True)
+        try:
+            self._delete_locked(session_id, stem, gfd)
+        finally:
+            unlock(self.store, lock_fd, stem, remove=True)
+
+    def _delete_locked(self, session_id: str, stem: str, gfd: int) -> None:
         ops = self.store.ops
         try:
             found = inspect_session(ops, gfd, stem, max_line=self.max_line)
@@ -213,12 +232,6 @@ class Unheld:
                 raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
             self.store.discard(gfd, stem + SIDECAR_SUFFIX)
             self._drop_quarantine(stem)
-            try:
-                lock_fd, _ = lock(self.store, stem, steal=False)
-            except SessionLockedError:
-                pass  # its owner keeps the lock file; it is fenced anyway
-            else:
-                unlock(self.store, lock_fd, stem, remove=True)
             ops.fsync_dir(gfd)
             self.catalog.append(Gone(id=session_id))
         except OSError as exc:
