@@ -104,6 +104,32 @@ BROKEN = textwrap.dedent(
             self.storage.deleted.clear()
 
 
+    class KeepsDeletedText(MemoryPersistence):
+        """Drops a deleted session from its index but keeps its record around."""
+
+        trash = []
+
+        async def delete(self, session_id, *, force=False):
+            kept = self.storage.sessions.get(session_id)
+            await super().delete(session_id, force=force)
+            KeepsDeletedText.trash.append(kept)
+
+
+    class TestKeepsDeletedText(DeleteContract):
+        supports_byte_scan = True
+
+        @pytest.fixture
+        def make_backend(self):
+            self.storage = MemoryStorage()
+            return lambda: KeepsDeletedText(self.storage)
+
+        async def stored_bytes(self):
+            return {
+                "sessions": msgspec.json.encode(self.storage),
+                "trash": msgspec.json.encode(KeepsDeletedText.trash),
+            }
+
+
     class TestDeletesUnderAHolder(DeleteContract):
         @pytest.fixture
         def make_backend(self):
@@ -192,6 +218,9 @@ EXPECTED_FAILURES = {
     },
     "TestListsWithoutNumbers": {
         "test_listing_reports_turns_and_size",
+    },
+    "TestKeepsDeletedText": {
+        "test_delete_leaves_nothing_of_the_session_in_the_store",
     },
     "TestDeletesUnderAHolder": {
         "test_delete_of_a_session_another_owner_holds_is_refused",

@@ -6,6 +6,7 @@ owner holds unless forced, and tells a forced-out holder why it was fenced.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import msgspec
@@ -70,6 +71,58 @@ class DeleteContract(BackendHarness):
         await backend.delete(meta.id)
         again, written = await self.stored(backend, flushes=(2,), session_id=meta.id)
         assert (await backend.load(again.id)).events == self.raws(written)
+
+    # -- nothing recoverable -------------------------------------------------
+
+    async def places_holding(self, marker: str) -> list[str]:
+        """Where in the store (`stored_bytes`) the text `marker` lies."""
+        needle = marker.encode()
+        return sorted(
+            name for name, data in (await self.stored_bytes()).items() if needle in data
+        )
+
+    @pytest.mark.asyncio
+    async def test_delete_leaves_nothing_of_the_session_in_the_store(
+        self,
+        backend: SessionPersistence,
+        open_backend: Callable[[], SessionPersistence],
+    ) -> None:
+        self.need("supports_byte_scan")
+        marker = f"zq{uuid.uuid4().hex}"  # ASCII: the same bytes in any encoding
+        kept, kept_written = await self.stored(backend, flushes=(4,))
+        meta = self.meta(title=f"title {marker}")
+        await backend.create(meta)
+        first = msgspec.structs.replace(
+            meta.summary, first_prompt=f"prompt {marker}", status="idle"
+        )
+        await backend.update(meta.id, first)
+        written = self.records(0, 4, text=f"event {marker}")
+        await backend.append(meta.id, written)
+        # A later title: the first one's bytes are what a store keeps freed.
+        await backend.update(
+            meta.id, msgspec.structs.replace(first, title=f"again {marker}")
+        )
+        if self.supports_multiple_processes:
+            # Let another instance own it for a while (more rows, lines, files).
+            await backend.release(meta.id)
+            other = open_backend()
+            await other.claim(meta.id)
+            more = self.records(4, 4, text=f"later {marker}")
+            await other.append(meta.id, more)
+            await other.release(meta.id)
+            await backend.claim(meta.id)
+        assert await self.places_holding(marker), (
+            "stored_bytes() does not show the session's text even before the "
+            "delete, so it cannot prove the delete removed it"
+        )
+        await backend.delete(meta.id)
+        left = await self.places_holding(marker)
+        assert left == [], (
+            f"the deleted session's title, first prompt or events are still "
+            f"in the store, in: {', '.join(left)}"
+        )
+        assert (await backend.load(kept.id)).events == self.raws(kept_written)
+        assert [m.id for m in (await backend.list()).items] == [kept.id]
 
     # -- a session another owner holds ---------------------------------------
 

@@ -297,6 +297,18 @@ def delete(tx: Tx, state: WriterState, session_id: str, *, force: bool) -> None:
         raise SessionHeldError(session_id, "another live process (or instance)")
     tx.conn.execute("DELETE FROM sessions WHERE key = ?", (row.key,))
     state.hold(tx, session_id, None)
+    tx.after_commit.append(_truncate_wal)
+
+
+def _truncate_wal(conn: sqlite3.Connection) -> None:
+    """Checkpoint and empty the WAL, whose older frames hold the deleted rows.
+
+    `secure_delete` zeroes the freed space in the pages the delete wrote;
+    the WAL still holds earlier copies of those pages until it is reset.
+    A reader in the middle of a snapshot keeps the checkpoint from
+    finishing: then the frames go at a later checkpoint (R19).
+    """
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 # -- internals -----------------------------------------------------------------
