@@ -82,11 +82,17 @@ def pg_store(tmp_path: Path) -> Iterator[Store]:
 
 
 @pytest.fixture
-def hold() -> Iterator[Callable[[Store, str], subprocess.Popen[bytes]]]:
-    """Make another process the writer of a session until the test ends."""
+def hold() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Make another process the writer of a session until the test ends.
+
+    `hold(store, id, probe=True)`: when its stdin closes, the holder tries
+    to store a summary and prints the outcome (see `_holder.py`).
+    """
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(store: Store, session_id: str) -> subprocess.Popen[bytes]:
+    def start(
+        store: Store, session_id: str, *, probe: bool = False
+    ) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -94,6 +100,7 @@ def hold() -> Iterator[Callable[[Store, str], subprocess.Popen[bytes]]]:
                 store.name,
                 msgspec.json.encode(store.options()).decode(),
                 session_id,
+                *(["probe"] if probe else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -179,8 +179,28 @@ def test_rm_refuses_a_session_another_process_writes(
     assert result.exit_code == 1
     line = one_line_error(result)
     assert "'s'" in line
-    assert "another process" in line
+    assert "held by another live process" in line
+    assert "nothing was deleted" in line
+    assert "turnkeep rm --force s" in line
     assert asyncio.run(store.ids()) == ["s"]
+
+
+def test_rm_force_deletes_a_held_session_and_the_holder_is_told(
+    store: Store, hold: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    holder = hold(store, "s", probe=True)
+    result = cli("rm", "--yes", "--force", "s", store=store)
+    assert result.exit_code == 0, result.stderr
+    assert asyncio.run(store.ids()) == []
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    holder.stdin.close()
+    told = holder.stdout.readline().decode()
+    assert told.startswith("SessionDeletedError:"), told
+    assert "deleted" in told
+    assert holder.wait(timeout=60) == 0
+    assert asyncio.run(store.ids()) == []  # the holder brought nothing back
 
 
 def test_fork_copies_the_log_with_a_parent_header(store: Store) -> None:

@@ -167,8 +167,66 @@ BROKEN = textwrap.dedent(
     class EmptiesInsteadOfDeleting(MemoryPersistence):
         """Drops the events of a deleted session and keeps the rest."""
 
-        async def delete(self, session_id):
-            self._stored(session_id).events.clear()
+        async def delete(self, session_id, *, force=False):
+            stored = self._stored(session_id)
+            await super().delete(session_id, force=force)
+            stored.events.clear()
+            self.storage.sessions[session_id] = stored
+
+
+    class DeletesUnderAHolder(MemoryPersistence):
+        """Deletes a session another owner holds, as if always forced."""
+
+        async def delete(self, session_id, *, force=False):
+            await super().delete(session_id, force=True)
+
+
+    class FencesTheDeletedHolderGenerically(MemoryPersistence):
+        """A forced-out holder hears only that it was fenced, not why."""
+
+        async def delete(self, session_id, *, force=False):
+            await super().delete(session_id, force=force)
+            self.storage.deleted.clear()
+
+
+    class KeepsDeletedText(MemoryPersistence):
+        """Drops a deleted session from its index but keeps its record around."""
+
+        trash = []
+
+        async def delete(self, session_id, *, force=False):
+            kept = self.storage.sessions.get(session_id)
+            await super().delete(session_id, force=force)
+            KeepsDeletedText.trash.append(kept)
+
+
+    class TestKeepsDeletedText(DeleteContract):
+        supports_byte_scan = True
+
+        @pytest.fixture
+        def make_backend(self):
+            self.storage = MemoryStorage()
+            return lambda: KeepsDeletedText(self.storage)
+
+        async def stored_bytes(self):
+            return {
+                "sessions": msgspec.json.encode(self.storage),
+                "trash": msgspec.json.encode(KeepsDeletedText.trash),
+            }
+
+
+    class TestDeletesUnderAHolder(DeleteContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: DeletesUnderAHolder(storage)
+
+
+    class TestFencesTheDeletedHolderGenerically(DeleteContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: FencesTheDeletedHolderGenerically(storage)
 
 
     class TestMergesReappends(AppendContract):
@@ -345,9 +403,21 @@ EXPECTED_FAILURES = {
     "TestEmptiesInsteadOfDeleting": {
         "test_deleted_session_is_gone",
         "test_an_id_can_be_reused_after_delete",
+        "test_delete_of_a_released_session_needs_no_force",
+        "test_forced_delete_tells_the_holder_it_was_deleted",
+        "test_a_forced_out_holder_cannot_write_into_a_new_session_of_the_id",
     },
     "TestDropsSummaryUpdates": {
         "test_summary_changes_land_with_the_flush",
+    },
+    "TestKeepsDeletedText": {
+        "test_delete_leaves_nothing_of_the_session_in_the_store",
+    },
+    "TestDeletesUnderAHolder": {
+        "test_delete_of_a_session_another_owner_holds_is_refused",
+    },
+    "TestFencesTheDeletedHolderGenerically": {
+        "test_forced_delete_tells_the_holder_it_was_deleted",
     },
 }
 

@@ -14,6 +14,7 @@ class TestMemoryBackend(PersistenceContract):
     supports_reopen = True
     supports_multiple_processes = True
     supports_format_aging = True
+    supports_byte_scan = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:
@@ -31,3 +32,6 @@ class TestMemoryBackend(PersistenceContract):
         return msgspec.json.encode(
             {k: (s.meta, s.events) for k, s in self.storage.sessions.items()}
         )
+
+    async def stored_bytes(self) -> dict[str, bytes]:
+        return {"storage": msgspec.json.encode(self.storage)}

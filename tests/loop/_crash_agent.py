@@ -186,8 +186,8 @@ class Traced:
     async def has(self, session_id: str) -> bool:
         return await self.inner.has(session_id)
 
-    async def delete(self, session_id: str) -> None:
-        await self.inner.delete(session_id)
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
+        await self.inner.delete(session_id, force=force)
 
     async def claim(self, session_id: str, *, steal: bool = False) -> None:
         await self.inner.claim(session_id, steal=steal)

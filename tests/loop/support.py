@@ -303,8 +303,8 @@ class Gated:
     async def has(self, session_id: str) -> bool:
         return await self.inner.has(session_id)
 
-    async def delete(self, session_id: str) -> None:
-        await self.inner.delete(session_id)
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
+        await self.inner.delete(session_id, force=force)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         await self.inner.update(session_id, summary)

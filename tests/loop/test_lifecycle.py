@@ -26,7 +26,10 @@ from tests.loop.support import (
 from turnkeep import AgentLoop
 from turnkeep.errors import (
     FlushError,
+    FlushSessionDeletedError,
+    SessionDeletedError,
     SessionExistsError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
 )
@@ -59,6 +62,28 @@ async def test_a_fenced_session_closes_with_a_report_of_what_stayed_unsaved() ->
             range(len(second.sessions.get("s").events))
         )
     assert first.close_reports == []  # closed already: nothing left at shutdown
+
+
+@pytest.mark.asyncio
+async def test_a_holder_is_told_its_session_was_deleted_by_a_forced_delete() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as first, shared_host(shared) as second:
+        loop = AgentLoop.create("a", host=first, model=EchoModel(), session_id="s")
+        await loop.run_turn("one")
+        other = second.require_persistence()
+        with pytest.raises(SessionHeldError, match="force"):
+            await other.delete("s")
+        await loop.run_turn("two: still held, still stored")
+        await other.delete("s", force=True)
+        with pytest.raises(FlushSessionDeletedError, match="deleted") as told:
+            await loop.run_turn("three: after the forced delete")
+        assert isinstance(told.value.__cause__, SessionDeletedError)
+        report = await loop.close()
+        assert report is not None
+        assert report.outcome == "fenced"
+        assert "deleted" in report.reason
+        assert not await other.has("s")  # the holder brought nothing back
+    assert first.close_reports == []
 
 
 @pytest.mark.asyncio

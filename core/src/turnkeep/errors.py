@@ -20,6 +20,7 @@ __all__ = [
     "EventTypeError",
     "FlushError",
     "FlushOutcomeUnknownError",
+    "FlushSessionDeletedError",
     "HookContractError",
     "ImportInputError",
     "InvalidCursorError",
@@ -38,8 +39,10 @@ __all__ = [
     "SequenceError",
     "SessionClosedError",
     "SessionCorruptError",
+    "SessionDeletedError",
     "SessionExistsError",
     "SessionFencedError",
+    "SessionHeldError",
     "SessionLockedError",
     "SessionNotFoundError",
     "SessionOwnershipError",
@@ -323,6 +326,27 @@ class SessionLockedError(SessionOwnershipError):
     code = "session-locked"
 
 
+class SessionHeldError(SessionLockedError):
+    """`delete` refused: another live owner holds the session right now.
+
+    Nothing was deleted. Stop that owner first, or delete with `force=True`
+    (`turnkeep rm --force`), which fences it out.
+
+    Attributes:
+        session_id: the session.
+    """
+
+    code = "session-held"
+
+    def __init__(self, session_id: str, holder: str = "another live owner") -> None:
+        super().__init__(
+            f"session {session_id!r} is held by {holder}; nothing was deleted. "
+            "Stop that owner first, or force it with delete(session_id, "
+            "force=True) (`turnkeep rm --force`), which fences the holder out"
+        )
+        self.session_id = session_id
+
+
 class SessionFencedError(SessionOwnershipError):
     """This process lost ownership of the session (a takeover fenced it out).
 
@@ -331,6 +355,27 @@ class SessionFencedError(SessionOwnershipError):
     """
 
     code = "session-fenced"
+
+
+class SessionDeletedError(SessionFencedError):
+    """The session was deleted (by a forced delete) while this instance held it.
+
+    Nothing was written, and nothing is stored under the id any more: there
+    is nothing to reload. What this process still holds is all that is left.
+
+    Attributes:
+        session_id: the session.
+    """
+
+    code = "session-deleted"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} was deleted from the store (a forced "
+            "delete) while this instance held it; nothing was written, and "
+            "there is nothing left to reload"
+        )
+        self.session_id = session_id
 
 
 class FlushError(PersistenceError):
@@ -389,6 +434,17 @@ class FlushOutcomeUnknownError(FlushError):
         self.first_seq = first_seq
         self.last_seq = last_seq
         self.fenced = fenced
+
+
+class FlushSessionDeletedError(FlushError):
+    """A flush found its session deleted from the store (a forced delete).
+
+    Nothing of it can be stored any more, under this id: the session is
+    fenced, and closing it reports what stayed unsaved. Its cause is the
+    backend's `SessionDeletedError`.
+    """
+
+    code = "flush-session-deleted"
 
 
 # -- turns ---------------------------------------------------------------------

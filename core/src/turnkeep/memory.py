@@ -24,8 +24,10 @@ from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     InvalidCursorError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
     StorageError,
@@ -61,6 +63,10 @@ class MemoryStorage:
         factory=dict[str, _Ownership], repr=False
     )
     generations: dict[str, int] = attrs.field(factory=dict[str, int], repr=False)
+    deleted: set[tuple[str, int]] = attrs.field(
+        factory=set[tuple[str, int]], repr=False
+    )
+    """(id, generation) of each hold a forced delete ended: that holder is told."""
 
 
 @attrs.define(eq=False)
@@ -92,6 +98,7 @@ class MemoryPersistence:
         """Append one flush atomically after the seq and ownership checks."""
         self._check_open()
         session_id = validate_session_id(session_id)
+        self._check_deleted(session_id)
         stored = self.storage.sessions.get(session_id)
         pending = self._pending.get(session_id)
         if stored is None and pending is None:
@@ -146,11 +153,19 @@ class MemoryPersistence:
         """Whether the session is stored."""
         return validate_session_id(session_id) in self.storage.sessions
 
-    async def delete(self, session_id: str) -> None:
-        """Remove the session and its ownership record."""
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
+        """Remove the session and its ownership record (see the protocol)."""
+        self._check_open()
+        session_id = validate_session_id(session_id)
         self._stored(session_id)
-        del self.storage.sessions[session_id]
-        self.storage.owners.pop(session_id, None)
+        storage = self.storage
+        current = storage.owners.get(session_id)
+        if current is not None and current.owner != self._token:
+            if not force:
+                raise SessionHeldError(session_id)
+            storage.deleted.add((session_id, current.generation))
+        del storage.sessions[session_id]
+        storage.owners.pop(session_id, None)
         self._held.pop(session_id, None)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
@@ -167,6 +182,7 @@ class MemoryPersistence:
                 updated_at=max(summary.updated_at, pending.summary.updated_at),
             )
             return
+        self._check_deleted(session_id)
         stored = self._stored(session_id)
         kept = stored.meta.summary
         stored.meta = _with_summary(
@@ -186,6 +202,7 @@ class MemoryPersistence:
     async def release(self, session_id: str) -> None:
         """Give up the writer role if held."""
         generation = self._held.pop(session_id, None)
+        self.storage.deleted.discard((session_id, generation or 0))
         current = self.storage.owners.get(session_id)
         if (
             generation is not None
@@ -240,6 +257,11 @@ class MemoryPersistence:
             )
         if held is None:
             self._take(session_id, steal=False)
+
+    def _check_deleted(self, session_id: str) -> None:
+        held = self._held.get(session_id)
+        if held is not None and (session_id, held) in self.storage.deleted:
+            raise SessionDeletedError(session_id)
 
     @staticmethod
     def _check_version(meta: SessionMeta) -> None:

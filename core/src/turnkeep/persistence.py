@@ -47,6 +47,13 @@ checks each one; the names in brackets are the kit's):
   live owner makes them raise `SessionLockedError` at once. `claim(...,
   steal=True)` takes over and fences the old owner, whose later appends raise
   `SessionFencedError` and write nothing. Reads take no lock.
+- [delete] `delete` removes the session and everything it owns, so that no
+  reader of the storage finds its content afterwards (log, summary,
+  listing rows, sidecars, quarantined bytes, freed pages the backend can
+  overwrite; what it cannot erase, its documentation says). A session
+  another live owner holds is refused with `SessionHeldError` unless
+  `force=True`; a forced delete fences that holder, whose next `append` or
+  `update` raises `SessionDeletedError` and writes nothing.
 - [errors] Driver errors are wrapped in `turnkeep.errors` types.
 """
 
@@ -83,6 +90,7 @@ __all__ = [
     "SessionPersistence",
     "SessionStatus",
     "SessionSummary",
+    "delete_session",
     "validate_backend",
 ]
 
@@ -157,11 +165,16 @@ class SessionPersistence(Protocol):
         """Whether a session is stored (has at least one durable flush)."""
         ...
 
-    async def delete(self, session_id: str) -> None:
-        """Remove a stored session and everything it owns.
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
+        """Remove a stored session and everything it owns (see [delete]).
+
+        This instance may hold the session (it is let go). Another live
+        owner's hold is refused unless `force`; forcing fences that owner,
+        which hears `SessionDeletedError` at its next write.
 
         Raises:
             SessionNotFoundError: nothing is stored under this id.
+            SessionHeldError: another live owner holds it and not `force`.
         """
         ...
 
@@ -232,3 +245,38 @@ def validate_backend(backend: object, *, name: str = "backend") -> SessionPersis
             f"implement SessionPersistence: {', '.join(problems)}"
         )
     return cast("SessionPersistence", backend)
+
+
+async def delete_session(
+    backend: SessionPersistence, session_id: str, *, force: bool = False
+) -> None:
+    """`backend.delete(session_id, force=force)`, also for older backends.
+
+    A backend written before `force` existed takes `delete(session_id)`
+    only: it is called that way unless `force` is asked for.
+
+    Raises:
+        ConfigurationError: `force` was asked of a backend whose `delete`
+            takes no `force` (nothing was deleted).
+        SessionNotFoundError, SessionHeldError: as `delete`.
+    """
+    if not force:
+        await backend.delete(session_id)
+        return
+    if not _takes_force(backend.delete):
+        raise ConfigurationError(
+            f"the backend {type(backend).__qualname__} cannot force a delete (its "
+            "delete() takes no `force`); nothing was deleted. Stop the session's "
+            "holder, then delete without force"
+        )
+    await backend.delete(session_id, force=True)
+
+
+def _takes_force(delete: object) -> bool:
+    try:
+        parameters = inspect.signature(delete).parameters  # pyright: ignore[reportArgumentType]
+    except (TypeError, ValueError):
+        return True  # no signature to read: just try it
+    return "force" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )

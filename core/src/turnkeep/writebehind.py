@@ -38,11 +38,13 @@ from turnkeep.errors import (
     FlushError,
     FlushOutcomeUnknownError,
     SequenceError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
 )
 from turnkeep.events import SessionEvent
+from turnkeep.flushfailures import deleted, in_doubt
 from turnkeep.hookspecs import hookimpl
 from turnkeep.meta import SessionSummary
 from turnkeep.persistence import SessionPersistence
@@ -379,6 +381,9 @@ class WriteBehind:
             if summary is not writes.stored_summary:
                 try:
                     await self.backend.update(session.id, summary)
+                except SessionDeletedError as exc:
+                    writes.fenced = True
+                    raise deleted(session.id, 0, None) from exc
                 except Exception as exc:
                     raise FlushError(
                         f"session {session.id!r}: its summary could not be "
@@ -415,11 +420,18 @@ class WriteBehind:
             writes.maybe_landed = True
             writes.in_doubt = (exc.first_seq, exc.last_seq)
             writes.fenced = writes.fenced or exc.fenced
-            raise self._in_doubt(session, writes, batch, exc) from exc
+            raise in_doubt(
+                self.name, session.id, writes.in_doubt, writes.fenced, batch, exc
+            ) from exc
+        except SessionDeletedError as exc:
+            writes.fenced = True
+            raise deleted(session.id, len(batch), batch[0].seq) from exc
         except SessionFencedError as exc:
             writes.fenced = True
             if writes.in_doubt is not None:
-                raise self._in_doubt(session, writes, batch, exc) from exc
+                raise in_doubt(
+                    self.name, session.id, writes.in_doubt, writes.fenced, batch, exc
+                ) from exc
             raise FlushError(
                 f"session {session.id!r}: another process took it over, so "
                 f"{len(batch)} event(s) from seq {batch[0].seq} cannot be stored "
@@ -431,7 +443,9 @@ class WriteBehind:
             # It may have landed all the same (a lost acknowledgement).
             writes.maybe_landed = True
             if writes.in_doubt is not None:
-                raise self._in_doubt(session, writes, batch, exc) from exc
+                raise in_doubt(
+                    self.name, session.id, writes.in_doubt, writes.fenced, batch, exc
+                ) from exc
             raise FlushError(
                 f"session {session.id!r}: {len(batch)} event(s) from seq "
                 f"{batch[0].seq} could not be stored in {self.name!r}: {exc}. "
@@ -439,37 +453,6 @@ class WriteBehind:
                 session_id=session.id,
             ) from exc
         _acknowledge(writes, len(batch))
-
-    def _in_doubt(
-        self,
-        session: Session,
-        writes: WriteState,
-        batch: Sequence[EventRecord],
-        cause: Exception,
-    ) -> FlushOutcomeUnknownError:
-        """The error of a flush attempt while a flush's outcome is unknown."""
-        first, last = writes.in_doubt or (batch[0].seq, batch[-1].seq)
-        rest = (
-            f"; seq {last + 1}..{batch[-1].seq} are not stored"
-            if batch[-1].seq > last
-            else ""
-        )
-        what = (
-            "another process took the session over, so this one cannot find out: "
-            "resume the session afresh and look at its log (the events are all "
-            "there, or none are) before running anything again"
-            if writes.fenced
-            else "they stay buffered and the next flush settles it"
-        )
-        return FlushOutcomeUnknownError(
-            f"session {session.id!r}: the flush of seq {first}..{last} may or may "
-            f"not be stored in {self.name!r} ({cause}){rest}; {what}. Do not store "
-            "these events anywhere else.",
-            session_id=session.id,
-            first_seq=first,
-            last_seq=last,
-            fenced=writes.fenced,
-        )
 
 
 def _acknowledge(writes: WriteState, count: int) -> None:

@@ -28,8 +28,9 @@ from turnkeep.errors import (
     FlushOutcomeUnknownError,
     SequenceError,
     SessionCorruptError,
+    SessionDeletedError,
     SessionExistsError,
-    SessionFencedError,
+    SessionHeldError,
     SessionNotFoundError,
     StorageError,
 )
@@ -57,6 +58,10 @@ def log_size(root: Path) -> int:
 
 def file_names(root: Path) -> set[str]:
     return {p.name for p in root.rglob("*") if p.is_file()}
+
+
+def files_holding(root: Path, data: bytes) -> list[str]:
+    return [p.name for p in root.rglob("*") if p.is_file() and data in p.read_bytes()]
 
 
 def first_group(root: Path) -> Path:
@@ -228,7 +233,7 @@ async def test_a_group_directory_owned_by_someone_else_is_ignored(
     assert not await backend.has("s")
 
 
-async def test_delete_removes_everything_and_fences_a_holder(
+async def test_delete_removes_everything_and_a_forced_one_fences_a_holder(
     store: Path, open_backend: Open
 ) -> None:
     holder = open_backend()
@@ -242,12 +247,44 @@ async def test_delete_removes_everything_and_fences_a_holder(
     await other.claim("s")  # cuts the tail into quarantine
     await other.release("s")
     await holder.claim("s")
-    await open_backend().delete("s")
+    with pytest.raises(SessionHeldError):
+        await open_backend().delete("s")
+    assert await other.has("s")
+    await open_backend().delete("s", force=True)
     names = file_names(store)
     assert names <= {CATALOG, "catalog.lock", f"{session_name('s')}.lock"}
-    with pytest.raises(SessionFencedError):
+    with pytest.raises(SessionDeletedError):
         await holder.append("s", batch(len(batch(0)), 1))
     assert [m.id for m in (await other.list()).items] == []
+
+
+async def test_delete_leaves_no_byte_of_the_session_in_any_file(
+    store: Path, open_backend: Open
+) -> None:
+    # What the kit's scan cannot stage: a torn tail kept in quarantine, and
+    # temporary files a crash left (the session's and the catalog's).
+    marker = b"zq-quarantined-and-temporary"
+    backend = open_backend()
+    await backend.create(meta("s", title="t"))
+    await backend.append("s", batch(0))
+    kept = open_backend()
+    await kept.create(meta("kept"))
+    await kept.append("kept", batch(0))
+    await backend.release("s")
+    with log_file(store, "s").open("ab") as f:
+        f.write(b'{"type":"user/message","seq":99,"data":"' + marker)
+    other = open_backend()
+    await other.claim("s")  # cuts the torn tail into quarantine
+    await other.release("s")
+    group = log_file(store, "s").parent
+    (group / f".{session_name('s')}.0123456789abcdef.meta.tmp").write_bytes(marker)
+    (store / ".catalog.0123456789abcdef.jsonl.tmp").write_bytes(marker)
+    assert files_holding(store, marker)
+    await open_backend().delete("s")
+    assert files_holding(store, marker) == []
+    stem = session_name("s") + "."
+    assert not [name for name in file_names(store) if stem in name]
+    assert [m.id for m in (await kept.list()).items] == ["kept"]
 
 
 async def test_update_by_a_non_owner_keeps_the_watermark_and_the_owner_keeps_it(

@@ -23,6 +23,7 @@ class TestJsonlBackend(PersistenceContract):
     supports_tail_damage = True
     supports_committed_damage = True
     supports_format_aging = True
+    supports_byte_scan = True
 
     @pytest.fixture
     def make_backend(self, tmp_path: Path) -> MakeBackend:
@@ -61,6 +62,9 @@ class TestJsonlBackend(PersistenceContract):
 
     async def storage_digest(self) -> bytes:
         return await asyncio.to_thread(store_digest, self.root)
+
+    async def stored_bytes(self) -> dict[str, bytes]:
+        return await asyncio.to_thread(self.files_under, self.root)
 
 
 def store_digest(root: Path) -> bytes:

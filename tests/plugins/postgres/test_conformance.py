@@ -54,12 +54,45 @@ def schema_digest(schema: str) -> bytes:
     return digest.digest()
 
 
+def schema_rows(schema: str) -> dict[str, bytes]:
+    """Every row of every table in `schema` as text, and each `bytea` column's
+    bytes as they are (text output would show them in hex)."""
+    found: dict[str, bytes] = {}
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+            (schema,),
+        ).fetchall()
+        for table in sorted({t for t, _, _ in columns}):
+            rows = conn.execute(
+                sql.SQL("SELECT t::text FROM {}.{} t").format(
+                    sql.Identifier(schema), sql.Identifier(table)
+                )
+            ).fetchall()
+            found[table] = "\n".join(row for (row,) in rows).encode()
+        for table, column, kind in columns:
+            if kind == "bytea":
+                values = conn.execute(
+                    sql.SQL("SELECT {} FROM {}.{}").format(
+                        sql.Identifier(column),
+                        sql.Identifier(schema),
+                        sql.Identifier(table),
+                    )
+                ).fetchall()
+                found[f"{table}.{column}"] = b"\n".join(
+                    bytes(v) for (v,) in values if v is not None
+                )
+    return found
+
+
 class TestPostgresBackend(PersistenceContract):
     supports_reopen = True
     supports_multiple_processes = True
     supports_tail_damage = True
     supports_committed_damage = True
     supports_format_aging = True
+    supports_byte_scan = True
 
     @pytest.fixture
     def make_backend(self, pg_config: Callable[..., PostgresConfig]) -> MakeBackend:
@@ -115,3 +148,8 @@ class TestPostgresBackend(PersistenceContract):
 
     async def storage_digest(self) -> bytes:
         return schema_digest(self.schema)
+
+    async def stored_bytes(self) -> dict[str, bytes]:
+        # Rows only: dead tuples wait in the table files for VACUUM, which
+        # no client can read (docs/reliability.md, R19).
+        return schema_rows(self.schema)

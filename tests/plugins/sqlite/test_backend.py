@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from tests.support.worker_client import SpawnWorker
 
@@ -33,7 +34,12 @@ from turnkeep.errors import (
 from turnkeep.events import TurnEndData, UserMessageData
 from turnkeep.host import Host
 from turnkeep.meta import ForkPoint, SessionHeader, SessionSummary
-from turnkeep_sqlite import SqliteConfig, SqlitePersistence, reads
+from turnkeep_sqlite import (
+    SqliteConfig,
+    SqlitePersistence,
+    reads,
+    schema as schema_module,
+)
 
 from .conftest import meta, turn_records
 
@@ -393,3 +399,39 @@ async def test_a_failed_commit_reports_each_flush_as_of_unknown_outcome(
         else:
             await again.append(sid, records)
         assert len((await again.load(sid)).events) == 6
+
+
+def files_holding(paths: list[Path], data: bytes) -> list[str]:
+    return [p.name for p in paths if p.exists() and data in p.read_bytes()]
+
+
+@pytest.mark.asyncio
+async def test_delete_zeroes_what_it_frees_even_where_sqlite_would_not(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Debian's SQLite zeroes freed space by default (SQLITE_SECURE_DELETE);
+    # others do not: start every connection from that default to show the
+    # backend turns it on itself (R19).
+    opened = schema_module._connect
+
+    def insecure(path: Path) -> sqlite3.Connection:
+        conn = opened(path)
+        conn.execute("PRAGMA secure_delete = OFF")
+        return conn
+
+    monkeypatch.setattr(schema_module, "_connect", insecure)
+    marker = b"zq-secret-of-the-deleted-session"
+    backend = SqlitePersistence(SqliteConfig(path=db_path))
+    try:
+        for sid in ("gone", "kept"):
+            await backend.create(meta(sid, title=f"{sid} {marker.decode()}"))
+            await backend.append(sid, turn_records(0, 1, sizes=[300, 300]))
+        record = turn_records(3, 2)[0]
+        raw = record.raw.replace(b"u2:", b"u2:" + marker)
+        await backend.append("gone", [msgspec.structs.replace(record, raw=raw)])
+        await backend.update("kept", SessionSummary(title="kept", updated_at=1))
+        await backend.delete("gone")
+        assert files_holding([db_path, Path(f"{db_path}-wal")], marker) == []
+        assert (await backend.load("kept")).meta.summary.title == "kept"
+    finally:
+        await backend.aclose()

@@ -21,6 +21,7 @@ class TestSqliteBackend(PersistenceContract):
     supports_tail_damage = True
     supports_committed_damage = True
     supports_format_aging = True
+    supports_byte_scan = True
 
     @pytest.fixture
     def make_backend(self, tmp_path: Path) -> MakeBackend:
@@ -65,6 +66,10 @@ class TestSqliteBackend(PersistenceContract):
 
     async def storage_digest(self) -> bytes:
         return await asyncio.to_thread(file_digest, self.path)
+
+    async def stored_bytes(self) -> dict[str, bytes]:
+        # The database, its WAL and index, free pages and all.
+        return await asyncio.to_thread(self.files_under, self.path.parent)
 
 
 def file_digest(path: Path) -> bytes:

@@ -36,8 +36,10 @@ from turnkeep.config import Config, load_config
 from turnkeep.errors import (
     ConfigurationError,
     SessionCorruptError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
     StorageError,
@@ -318,12 +320,21 @@ def describe_error(exc: BaseException, session_id: str | None = None) -> str:
         return message
     if session_id is not None and repr(session_id) not in message:
         message = f"session {session_id!r}: {message}"
+    if isinstance(exc, SessionHeldError):
+        return (
+            f"session {exc.session_id!r} is held by another live process, so "
+            "nothing was deleted; stop that process (or wait until it "
+            f"finishes), or run `turnkeep rm --force {exc.session_id}` to "
+            "delete it anyway (that process is told its session was deleted)"
+        )
     if isinstance(exc, SessionLockedError):
         who = f"session {session_id!r}" if session_id is not None else "the session"
         return (
             f"{who} is being written by another process; stop that process (or "
             "wait until it finishes) and try again"
         )
+    if isinstance(exc, SessionDeletedError):
+        return message
     if isinstance(exc, SessionFencedError):
         return f"{message} (another process took the session over; try again)"
     if isinstance(exc, SessionNotFoundError):

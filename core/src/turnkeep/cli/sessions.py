@@ -1,15 +1,13 @@
 """Listing and managing stored sessions: `ls`, `title`, `rm`, `fork`.
 
 `ls` reads summaries only (the backend's paged `list`), never logs. `title`
-changes a summary without touching the log. `rm` takes the writer role
-before deleting, so a session another process drives is refused. `fork`
+changes a summary without touching the log. `rm` refuses a session another
+live process holds unless `--force` (which fences that process). `fork`
 copies a stored session's first events into a new session whose header
 names its parent and fork point.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import click
 import msgspec
@@ -31,7 +29,6 @@ from turnkeep.clock import now_ms
 from turnkeep.errors import (
     SessionCorruptError,
     SessionNotFoundError,
-    TurnkeepError,
     UnsupportedFormatError,
 )
 from turnkeep.ids import new_session_id, validate_session_id
@@ -42,7 +39,7 @@ from turnkeep.meta import (
     SessionStatus,
     SessionSummary,
 )
-from turnkeep.persistence import SessionPersistence
+from turnkeep.persistence import SessionPersistence, delete_session
 
 __all__ = ["SessionRow", "register", "row"]
 
@@ -201,16 +198,27 @@ def title(session_id: str, text: str) -> None:
 
 @click.command(
     "rm",
-    epilog="\b\nExamples:\n  turnkeep rm 01jx...\n  turnkeep rm --yes 01jx... 01jy...",
+    epilog=(
+        "\b\nExamples:\n  turnkeep rm 01jx...\n  turnkeep rm --yes 01jx... 01jy...\n"
+        "  turnkeep rm --force 01jx...   # even while another process holds it"
+    ),
 )
 @click.argument("session_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help=(
+        "Delete even a session another live process holds; that process is "
+        "told its session was deleted at its next write."
+    ),
+)
 @common_options
-def rm(session_ids: tuple[str, ...], yes: bool) -> None:
+def rm(session_ids: tuple[str, ...], yes: bool, force: bool) -> None:
     """Delete stored sessions (asks first unless --yes).
 
-    The writer role is taken first, so a session that another process is
-    driving is refused rather than deleted under it.
+    A session that another live process holds is refused (nothing is
+    deleted) unless --force.
     """
 
     async def body() -> int:
@@ -218,31 +226,28 @@ def rm(session_ids: tuple[str, ...], yes: bool) -> None:
             backend = store.backend
             for session_id in session_ids:
                 with about(session_id):
-                    await _remove(backend, session_id, yes=yes)
+                    await _remove(backend, session_id, yes=yes, force=force)
         return 0
 
     execute(body)
 
 
-async def _remove(backend: SessionPersistence, session_id: str, *, yes: bool) -> None:
+async def _remove(
+    backend: SessionPersistence, session_id: str, *, yes: bool, force: bool
+) -> None:
     validate_session_id(session_id)
     if not await backend.has(session_id):
         raise SessionNotFoundError(f"no stored session {session_id!r}")
     what = await _describe(backend, session_id)
+    held = " It may be held by another process, which loses it." if force else ""
     await confirm(
-        f"Delete session {clean(session_id)} ({what})? This cannot be undone.",
+        f"Delete session {clean(session_id)} ({what})? This cannot be undone.{held}",
         yes=yes,
         nothing_done="nothing was deleted",
     )
-    # Nobody can drive a session nobody can load: delete it as is.
-    with contextlib.suppress(SessionCorruptError, UnsupportedFormatError):
-        await backend.claim(session_id)
-    try:
-        await backend.delete(session_id)
-    finally:
-        # Deleting dropped the role; a backend that kept it lets go.
-        with contextlib.suppress(TurnkeepError):
-            await backend.release(session_id)
+    # The backend refuses a session another live process holds (unless
+    # forced); a damaged or newer session, which nobody can drive, goes as is.
+    await delete_session(backend, session_id, force=force)
     click.echo(f"deleted {clean(session_id)}")
 
 

@@ -16,7 +16,8 @@ backend's subclass implements when it declares the matching capability.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -65,6 +66,9 @@ class BackendHarness:
         supports_committed_damage: `damage_committed` is implemented.
         supports_format_aging: `write_newer_format` and `storage_digest` are
             implemented.
+        supports_byte_scan: `stored_bytes` is implemented (the delete
+            contract then proves that a deleted session's text is nowhere
+            in the store).
     """
 
     supports_reopen: ClassVar[bool] = True
@@ -72,6 +76,7 @@ class BackendHarness:
     supports_tail_damage: ClassVar[bool] = False
     supports_committed_damage: ClassVar[bool] = False
     supports_format_aging: ClassVar[bool] = False
+    supports_byte_scan: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 
@@ -94,6 +99,27 @@ class BackendHarness:
     async def storage_digest(self) -> bytes:
         """A digest of every byte the backend stored (to prove nothing changed)."""
         raise NotImplementedError
+
+    async def stored_bytes(self) -> Mapping[str, bytes]:
+        """Everything a reader of the storage could recover, by where it lies.
+
+        Each value is the raw bytes of one place (a file, its free pages
+        included; a table's rows); each key names it for messages. A
+        file-based backend can return `files_under(its directory)`. What a
+        backend cannot erase even in principle (blocks the file system
+        freed, dead database tuples awaiting vacuum) is outside the scan and
+        belongs in its documentation.
+        """
+        raise NotImplementedError
+
+    @staticmethod
+    def files_under(root: Path) -> dict[str, bytes]:
+        """Every regular file below `root`, by relative path (a helper)."""
+        found: dict[str, bytes] = {}
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                found[path.relative_to(root).as_posix()] = path.read_bytes()
+        return found
 
     # -- fixtures ------------------------------------------------------------
 

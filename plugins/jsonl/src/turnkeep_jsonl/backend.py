@@ -126,14 +126,16 @@ class JsonlPersistence:
         session_id = validate_session_id(session_id)
         return await self._run(self._impl.has, session_id)
 
-    async def delete(self, session_id: str) -> None:
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
         """Remove a stored session and every file it owns.
 
         Raises:
             SessionNotFoundError: nothing is stored under this id.
+            SessionHeldError: another process (or instance) holds its lock,
+                and not `force`.
         """
         session_id = validate_session_id(session_id)
-        await self._locked(session_id, self._impl.delete, session_id)
+        await self._locked(session_id, self._impl.delete, session_id, force)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the session's summary (the sidecar); never touches the log.

@@ -34,7 +34,7 @@ from turnkeep.meta import SessionMeta
 
 from .fileops import FileOps, write_all
 from .format import all_sealed, seal, unseal
-from .names import CATALOG, CATALOG_LOCK, is_session_log
+from .names import CATALOG, CATALOG_LOCK, TEMP_SUFFIX, is_session_log
 from .store import Store
 from .summary import inspect_session, session_header
 
@@ -45,6 +45,8 @@ _VERSION: Final = 2
 catalog is still read, every entry as `open` (its numbers are re-read from
 the files), and the next writer replaces it with a version 2 snapshot."""
 _COMPACT_SLACK: Final = 64 * 1024
+_TEMP_PREFIX: Final = ".catalog."
+"""How `Store.write_atomic`'s temporary files for the catalog start (`temp_name`)."""
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK_FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -174,6 +176,41 @@ class Catalog:
             self._append_locked(root, items)
         finally:
             ops.close(lock)  # closing drops the flock
+
+    def rewrite(self, *items: Entry | Gone) -> None:
+        """Durably replace the catalog by a snapshot with `items` applied.
+
+        Unlike `append`, no earlier line survives: a deleted session's
+        title and first prompt leave the file at once (and a catalog
+        temporary file a crash left behind goes too).
+
+        Raises:
+            OSError: the catalog could not be written (the old one stays).
+        """
+        root = self.store.root(create=True)
+        assert root is not None  # noqa: S101 - create=True never returns None
+        ops = self.ops
+        lock = ops.open(CATALOG_LOCK, _LOCK_FLAGS, 0o600, dir_fd=root)
+        try:
+            ops.fchmod(lock, 0o600)
+            ops.flock(lock, fcntl.LOCK_EX)
+            entries: dict[str, Entry] | None = None
+            try:
+                fd = ops.open(CATALOG, _WRITE_FLAGS, dir_fd=root)
+            except FileNotFoundError:
+                pass
+            else:
+                try:
+                    entries = _parse(_read_all(ops, fd, ops.fstat(fd).st_size))
+                finally:
+                    ops.close(fd)
+            self._snapshot(root, entries or self.scan_files(), items)
+            # Under the lock nobody else writes one: these are a crash's.
+            for name in ops.listdir(root):
+                if name.startswith(_TEMP_PREFIX) and name.endswith(TEMP_SUFFIX):
+                    self.store.discard(root, name)
+        finally:
+            ops.close(lock)
 
     def _append_locked(self, root: int, items: tuple[Entry | Gone, ...]) -> None:
         ops = self.ops

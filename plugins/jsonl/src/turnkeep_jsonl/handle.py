@@ -20,6 +20,7 @@ import msgspec
 
 from turnkeep.errors import (
     SessionCorruptError,
+    SessionDeletedError,
     SessionFencedError,
     StorageError,
     TurnkeepError,
@@ -27,10 +28,10 @@ from turnkeep.errors import (
 from turnkeep.meta import SessionMeta, SessionSummary
 
 from .fileops import FileOps
-from .format import Header, Sidecar, encode_sidecar
+from .format import MAX_HEADER_BYTES, Header, Sidecar, decode_header, encode_sidecar
 from .names import LOG_SUFFIX, SIDECAR_SUFFIX
 from .scan import ScanResult, ScanState, scan
-from .store import Store, storage_error
+from .store import READ_FLAGS, Store, storage_error
 
 __all__ = [
     "BOOT",
@@ -170,6 +171,13 @@ def fence(handle: Handle, why: str) -> SessionFencedError:
     return error
 
 
+def deleted(handle: Handle) -> SessionDeletedError:
+    """Mark the handle fenced by a delete and return the error."""
+    error = SessionDeletedError(handle.header.id)
+    handle.failure = error
+    return error
+
+
 def check_owner(ops: FileOps, handle: Handle) -> int:
     """Refuse to write unless the log's name still points at our file (R9).
 
@@ -193,12 +201,13 @@ def check_identity(ops: FileOps, handle: Handle) -> None:
     """Raise unless the log's name still points at our open file.
 
     Raises:
-        SessionFencedError: it was deleted or replaced (a takeover).
+        SessionDeletedError: it was deleted (a forced delete).
+        SessionFencedError: it was replaced (a takeover).
         StorageError: the check failed (the handle is poisoned).
     """
     found = identity(ops, handle)
     if found == "deleted":
-        raise fence(handle, "its log was deleted")
+        raise deleted(handle)
     if found == "replaced":
         raise fence(handle, "another owner took it over")
 
@@ -216,8 +225,30 @@ def identity(ops: FileOps, handle: Handle) -> Literal["ours", "replaced", "delet
     except OSError as exc:
         raise poison(handle, exc, "checking its log") from exc
     if (now.st_dev, now.st_ino) != (handle.dev, handle.ino):
+        if _another_log(ops, handle):
+            return "deleted"  # ...and created again since
         return "replaced"
     return "ours"
+
+
+def _another_log(ops: FileOps, handle: Handle) -> bool:
+    """Whether the file now under the log's name is another log (another token).
+
+    A takeover copies the header, token included; only deleting the session
+    and creating it again makes a log with another token.
+    """
+    try:
+        fd = ops.open(handle.stem + LOG_SUFFIX, READ_FLAGS, dir_fd=handle.gfd)
+    except OSError:
+        return False  # gone again, or unreadable: a takeover is all we can say
+    try:
+        head = ops.pread(fd, MAX_HEADER_BYTES, 0)
+    except OSError:
+        return False
+    finally:
+        ops.close(fd)
+    header = decode_header(head[: max(head.find(b"\n"), 0)])
+    return header is not None and header.log != handle.header.log
 
 
 def write_sidecar(store: Store, handle: Handle, summary: SessionSummary) -> None:

@@ -25,6 +25,7 @@ from turnkeep.errors import (
     EventRejectedError,
     FlushOutcomeUnknownError,
     SessionCorruptError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
     SessionNotFoundError,
@@ -231,10 +232,14 @@ class Operations:
             )
             return
         handle = self._held.get(session_id)
+        if handle is not None and isinstance(handle.failure, SessionDeletedError):
+            _refuse_if_failed(handle)  # deleted under us: say so, write nothing
         if handle is not None and self._writable(session_id, handle):
             try:
                 with self.damaged.watch(session_id):
                     settle(self.store, handle, max_line=self.max_line)
+            except SessionDeletedError:
+                raise
             except SessionFencedError:
                 handle = None  # not ours any more: update like any reader would
         if handle is None or not self._writable(session_id, handle):
@@ -249,10 +254,10 @@ class Operations:
         except OSError as exc:
             raise poison(handle, exc, "storing its summary") from exc
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, force: bool) -> None:
         """See `JsonlPersistence.delete`."""
-        self._drop(session_id)
-        self.reads.delete(session_id)
+        self._drop(session_id)  # ours to let go: its lock is free for the delete
+        self.reads.delete(session_id, force=force)
 
     # -- reading ---------------------------------------------------------------
 
@@ -360,6 +365,8 @@ def _refuse_if_failed(handle: Handle) -> None:
             last_seq=failure.last_seq,
             fenced=failure.fenced,
         )
+    elif isinstance(failure, SessionDeletedError):
+        error = SessionDeletedError(failure.session_id)
     elif isinstance(failure, SessionFencedError):
         error = SessionFencedError(str(failure))
     else:

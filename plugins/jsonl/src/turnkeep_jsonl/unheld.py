@@ -16,6 +16,7 @@ import msgspec
 
 from turnkeep.errors import (
     SessionCorruptError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
 )
@@ -32,6 +33,7 @@ from .names import (
     QUARANTINE_DIR,
     QUARANTINE_SUFFIX,
     SIDECAR_SUFFIX,
+    TEMP_SUFFIX,
     session_name,
 )
 from .scan import ScanResult, check_header
@@ -194,35 +196,57 @@ class Unheld:
 
     # -- delete ----------------------------------------------------------------
 
-    def delete(self, session_id: str) -> None:
-        """See `JsonlPersistence.delete` (the caller dropped its own handle)."""
+    def delete(self, session_id: str, *, force: bool) -> None:
+        """See `JsonlPersistence.delete` (the caller dropped its own handle).
+
+        Under the session's lock, taken from a live holder only when forced
+        (the holder then finds its log gone: `SessionDeletedError`).
+        """
         stem, gfd = self._locate(session_id)
+        try:
+            lock_fd, _ = lock(self.store, stem, steal=False)
+        except SessionLockedError:
+            if not force:
+                raise SessionHeldError(
+                    session_id, "another process (or backend instance)"
+                ) from None
+            lock_fd, _ = lock(self.store, stem, steal=True)
+        try:
+            self._delete_locked(session_id, stem, gfd)
+        finally:
+            unlock(self.store, lock_fd, stem, remove=True)
+
+    def _delete_locked(self, session_id: str, stem: str, gfd: int) -> None:
         ops = self.store.ops
         try:
             found = inspect_session(ops, gfd, stem, max_line=self.max_line)
             if found is not None:
-                # Durably "open" first: a crash halfway then leaves a line
-                # that `list` re-checks against the files, not a stale one.
-                meta = SessionMeta(
-                    header=core_header(found.header), summary=found.summary
+                # Durably "open" first, and without the summary's text: a
+                # crash halfway then leaves a line that `list` re-checks
+                # against the files, and no earlier line keeps the text.
+                header = core_header(found.header)
+                blank = SessionSummary(updated_at=found.summary.updated_at)
+                self.catalog.rewrite(
+                    Entry(open=True, meta=SessionMeta(header=header, summary=blank))
                 )
-                self.catalog.append(Entry(open=True, meta=meta))
             try:
                 ops.unlink(stem + LOG_SUFFIX, dir_fd=gfd)
             except FileNotFoundError as exc:
                 raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
             self.store.discard(gfd, stem + SIDECAR_SUFFIX)
             self._drop_quarantine(stem)
-            try:
-                lock_fd, _ = lock(self.store, stem, steal=False)
-            except SessionLockedError:
-                pass  # its owner keeps the lock file; it is fenced anyway
-            else:
-                unlock(self.store, lock_fd, stem, remove=True)
+            self._drop_temporary(gfd, stem)
             ops.fsync_dir(gfd)
-            self.catalog.append(Gone(id=session_id))
+            self.catalog.rewrite(Gone(id=session_id))
         except OSError as exc:
             raise storage_error(f"cannot delete session {session_id!r}", exc) from exc
+
+    def _drop_temporary(self, gfd: int, stem: str) -> None:
+        """Remove the session's temporary files a crash left (we hold its lock)."""
+        prefix = f".{stem}."  # see `names.temp_name`
+        for name in self.store.ops.listdir(gfd):
+            if name.startswith(prefix) and name.endswith(TEMP_SUFFIX):
+                self.store.discard(gfd, name)
 
     def _drop_quarantine(self, stem: str) -> None:
         qdir = self.store.subdir(QUARANTINE_DIR, create=False)

@@ -52,6 +52,7 @@ from .handle import (
     Pending,
     check_owner,
     close,
+    deleted,
     fence,
     identity,
     poison,
@@ -217,7 +218,8 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
             be in the log: its fsync failed (poisoned), or the log was taken
             over meanwhile (`fenced`), by a takeover that may have copied it.
             The handle keeps raising it.
-        SessionFencedError: the log was deleted meanwhile; nothing is stored.
+        SessionDeletedError: the session was deleted (a forced delete)
+            meanwhile; nothing of it is stored.
     """
     ops = store.ops
     now = handle.state
@@ -244,7 +246,8 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
     except StorageError as exc:
         raise _unknown(handle, records, f"its log could not be checked: {exc}") from exc
     if found == "deleted":
-        raise fence(handle, "its log was deleted")
+        # A forced delete took the log, and the flush with it.
+        raise deleted(handle)
     if found == "replaced":
         cause = fence(handle, "another owner took it over")
         raise _unknown(

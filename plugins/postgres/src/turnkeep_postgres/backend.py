@@ -169,10 +169,16 @@ class PostgresPersistence:
             f"looking up {session_id!r}", lambda conn, q: reads.has(conn, q, session_id)
         )
 
-    async def delete(self, session_id: str) -> None:
-        """Remove a stored session and all its events."""
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
+        """Remove a stored session and all its events (every row of it).
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionHeldError: another worker's lease on it is live, and not
+                `force`.
+        """
         session_id = validate_session_id(session_id)
-        await self._write(writes.delete(self._state, session_id))
+        await self._write(writes.delete(self._state, session_id, force=force))
         self._damaged.forget(session_id)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:

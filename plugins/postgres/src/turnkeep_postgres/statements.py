@@ -262,7 +262,8 @@ def _texts() -> dict[str, LiteralString]:
             " RETURNING 1"
         ),
         "delete": (
-            "DELETE FROM {sessions} WHERE id = %(id)s AND next_seq > 0 RETURNING 1"
+            "DELETE FROM {sessions} WHERE id = %(id)s AND next_seq > 0"
+            " AND (%(force)s OR {free}) RETURNING 1"
         ),
         "has": "SELECT 1 FROM {sessions} WHERE id = %(id)s AND next_seq > 0",
         "load_meta": (

@@ -27,8 +27,10 @@ from turnkeep.backendkit import check_batch, newer_format
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     SequenceError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
     StorageError,
@@ -282,6 +284,8 @@ async def _explain_append(
     """
     row = await _row(tx, session_id)
     if row is None or (row.next_seq == 0 and session_id not in state.pending):
+        if session_id in state.held and session_id not in state.pending:
+            raise SessionDeletedError(session_id)
         raise SessionNotFoundError(f"no session {session_id!r} to append to")
     if row.format_version > FORMAT_VERSION:
         raise newer_format(session_id, row.format_version)
@@ -399,19 +403,30 @@ def update(state: OwnerState, session_id: str, summary: SessionSummary) -> Op[No
         if await cur.fetchone() is None:
             row = await _row(tx, session_id)
             if row is None or (row.next_seq == 0 and session_id not in state.pending):
+                if generation is not None and session_id not in state.pending:
+                    raise SessionDeletedError(session_id)
                 raise _not_found(session_id)
             raise _fenced(session_id)
 
     return Op(run, session_id, clean=True, doing=f"updating {session_id!r}")
 
 
-def delete(state: OwnerState, session_id: str) -> Op[None]:
-    """Remove a stored session; its events go with it (`ON DELETE CASCADE`)."""
+def delete(state: OwnerState, session_id: str, *, force: bool) -> Op[None]:
+    """Remove a stored session; its events go with it (`ON DELETE CASCADE`).
+
+    Another worker's live lease is refused unless `force`; that worker's
+    next write then finds no row and is told the session was deleted.
+    """
 
     async def run(tx: Tx) -> None:
-        cur = await tx.conn.execute(tx.queries.delete, {"id": session_id})
+        cur = await tx.conn.execute(
+            tx.queries.delete, {"id": session_id, "owner": state.token, "force": force}
+        )
         if await cur.fetchone() is None:
-            raise _not_found(session_id)
+            row = await _row(tx, session_id)
+            if row is None or row.next_seq == 0:
+                raise _not_found(session_id)
+            raise SessionHeldError(session_id, "another live worker (its lease)")
         state.hold(tx, session_id, None)
 
     return Op(run, session_id, clean=True, doing=f"deleting {session_id!r}")

@@ -164,10 +164,17 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         return await self._read(lambda conn: reads.has(conn, session_id))
 
-    async def delete(self, session_id: str) -> None:
-        """Remove a stored session and all its events."""
+    async def delete(self, session_id: str, *, force: bool = False) -> None:
+        """Remove a stored session and all its events.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionHeldError: another live owner holds it, and not `force`.
+        """
         session_id = validate_session_id(session_id)
-        await self._write(lambda tx: writes.delete(tx, self._state, session_id))
+        await self._write(
+            lambda tx: writes.delete(tx, self._state, session_id, force=force)
+        )
         self._damaged.forget(session_id)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:

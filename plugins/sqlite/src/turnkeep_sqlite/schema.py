@@ -200,6 +200,7 @@ def connect_writer(
         retry_busy(lambda: _enable_wal(conn, path), deadline=deadline, path=path)
         _set_synchronous(conn, config)
         conn.execute("PRAGMA foreign_keys = ON")
+        _enable_secure_delete(conn, path)
         conn.execute("PRAGMA journal_size_limit = 67108864")
         conn.execute("PRAGMA fullfsync = ON")  # macOS: F_FULLFSYNC; no-op elsewhere
         conn.execute("PRAGMA checkpoint_fullfsync = ON")
@@ -289,6 +290,16 @@ def _foreign(path: Path, what: str) -> StorageError:
         f"{path} belongs to another application ({what}); point `path` at a "
         "new file or at a turnkeep database (the file was not modified)"
     )
+
+
+def _enable_secure_delete(conn: sqlite3.Connection, path: Path) -> None:
+    """Zero what a delete frees (R19): no deleted text lingers in free space."""
+    conn.execute("PRAGMA secure_delete = ON")
+    if conn.execute("PRAGMA secure_delete").fetchone()[0] != 1:
+        raise StorageError(
+            f"SQLite database {path}: this SQLite cannot turn on secure_delete, "
+            "so deleted sessions would stay readable in freed pages"
+        )
 
 
 def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:

@@ -58,6 +58,11 @@ class Tx:
     conn: sqlite3.Connection
     undo: Undo = attrs.Factory(Undo)
     """The operation's in-memory changes, taken back if its writes are."""
+    after_commit: list[Callable[[sqlite3.Connection], None]] = attrs.Factory(
+        list[Callable[[sqlite3.Connection], None]]
+    )
+    """Run on the connection once the group committed, before acknowledging
+    (outside any transaction: a WAL checkpoint, say)."""
 
 
 Operation = Callable[[Tx], T]
@@ -309,6 +314,7 @@ class Writer:
             self._fail([j for j, _, _ in done], exc)
             self._settle_refused(refused)
             return []
+        self._after_commit(conn, done)
         stats = self.stats
         stats.groups += 1
         stats.operations += len(done)
@@ -319,6 +325,21 @@ class Writer:
         return []
 
     # -- helpers ---------------------------------------------------------------
+
+    def _after_commit(
+        self, conn: sqlite3.Connection, done: list[tuple[_Job[Any], Any, Tx]]
+    ) -> None:
+        """Run the committed operations' follow-ups (their writes stand anyway)."""
+        for _, _, tx in done:
+            for follow_up in tx.after_commit:
+                try:
+                    follow_up(conn)
+                except sqlite3.Error as exc:
+                    if is_io(exc):  # R6: the next write hears of it
+                        error = storage_error(exc, "after a commit", self.path)
+                        error.__cause__ = exc
+                        self._poison_with(error)
+                        return
 
     @staticmethod
     def _undo(done: list[tuple[_Job[Any], Any, Tx]]) -> None:

@@ -26,8 +26,10 @@ from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     SessionCorruptError,
+    SessionDeletedError,
     SessionExistsError,
     SessionFencedError,
+    SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
 )
@@ -152,11 +154,13 @@ def append(
     conn = tx.conn
     row = _row(conn, session_id)
     pending = state.pending.get(session_id)
+    held = state.held.get(session_id)
     if row is None or (row.next_seq == 0 and pending is None):
+        if held is not None and pending is None:
+            raise SessionDeletedError(session_id)
         raise SessionNotFoundError(f"no session {session_id!r} to append to")
     if row.format_version > FORMAT_VERSION:
         raise newer_format(session_id, row.format_version)
-    held = state.held.get(session_id)
     if held is not None:
         if row.owner_token != state.token or row.generation != held:
             raise SessionFencedError(
@@ -275,17 +279,36 @@ def update(
         ),
     )
     if cursor.rowcount == 0:
+        if session_id in state.held:
+            raise SessionDeletedError(session_id)
         raise SessionNotFoundError(f"no stored session {session_id!r}")
 
 
-def delete(tx: Tx, state: WriterState, session_id: str) -> None:
-    """Remove a stored session; its events go with it (ON DELETE CASCADE)."""
-    cursor = tx.conn.execute(
-        "DELETE FROM sessions WHERE id = ? AND next_seq > 0", (session_id,)
-    )
-    if cursor.rowcount == 0:
+def delete(tx: Tx, state: WriterState, session_id: str, *, force: bool) -> None:
+    """Remove a stored session; its events go with it (ON DELETE CASCADE).
+
+    A live owner other than this instance is refused unless `force`; its
+    next write then finds no row and is told the session was deleted.
+    """
+    row = _row(tx.conn, session_id)
+    if row is None or row.next_seq == 0:
         raise SessionNotFoundError(f"no stored session {session_id!r}")
+    if not force and _owned_by_another_live(state, row):
+        raise SessionHeldError(session_id, "another live process (or instance)")
+    tx.conn.execute("DELETE FROM sessions WHERE key = ?", (row.key,))
     state.hold(tx, session_id, None)
+    tx.after_commit.append(_truncate_wal)
+
+
+def _truncate_wal(conn: sqlite3.Connection) -> None:
+    """Checkpoint and empty the WAL, whose older frames hold the deleted rows.
+
+    `secure_delete` zeroes the freed space in the pages the delete wrote;
+    the WAL still holds earlier copies of those pages until it is reset.
+    A reader in the middle of a snapshot keeps the checkpoint from
+    finishing: then the frames go at a later checkpoint (R19).
+    """
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 # -- internals -----------------------------------------------------------------
@@ -313,19 +336,21 @@ def _take(
     state.hold(tx, session_id, generation)
 
 
-def _refuse_live_owner(
-    state: WriterState, session_id: str, row: _Row, *, creating: bool
-) -> None:
+def _owned_by_another_live(state: WriterState, row: _Row) -> bool:
     token = row.owner_token
     if token is None or token == state.token:
-        return
+        return False
     try:
         owner = _identity_decoder.decode(row.owner_info or b"")
     except msgspec.DecodeError:
-        alive = True  # unreadable owner record: never assume it is gone
-    else:
-        alive = is_alive(token, owner)
-    if alive:
+        return True  # unreadable owner record: never assume it is gone
+    return is_alive(token, owner)
+
+
+def _refuse_live_owner(
+    state: WriterState, session_id: str, row: _Row, *, creating: bool
+) -> None:
+    if _owned_by_another_live(state, row):
         doing = "created" if creating else "written"
         raise SessionLockedError(
             f"session {session_id!r} is being {doing} by another live owner; "
