@@ -4,17 +4,19 @@
 `redact_event` / `redact_text` implementation, in hook order, turning a
 failure into `RedactionError` so nothing is stored raw.
 
-A builtin plugin, registered by the host when configuration sets
-`redact_secrets = true`. It implements `redact_event` and `redact_text`, so
-credentials that reach a user message, a tool's arguments or output, an error
-text or a session title are replaced by a marker such as
-`[REDACTED:api-token]` before the event joins the log. Every sink (files,
-rows, sidecars, exports, model history) therefore only ever sees the marker.
+`SecretRedactor` is a builtin plugin, registered by the host unless
+configuration sets `redact_secrets = false`. It implements `redact_event`
+and `redact_text`, so credentials that reach a user message, an assistant
+reply (streamed pieces too), a tool's arguments or output, an error text or
+a session title are replaced by a marker such as `[REDACTED:api-token]`
+before the event joins the log. Every sink (files, rows, sidecars, exports,
+model history) therefore only ever sees the marker. Plugin event types are
+left as given unless they opt in (`SessionEvent.redact`).
 
-Detection is pattern-based and deliberately conservative about what it
-keeps: a key-looking string is replaced even if it was harmless. Users add
-their own patterns by passing `extra` (name, regex) pairs, or write another
-`redact_event` plugin.
+Detection is pattern-based (`turnkeep.secretscan`) and deliberately
+conservative about what it keeps: a key-looking string is replaced even if
+it was harmless. Users add their own patterns (`redact_patterns` in the
+configuration, or `extra` here), or write another `redact_event` plugin.
 """
 
 from __future__ import annotations
