@@ -84,10 +84,16 @@ def _walk_any(value: Any) -> None:
     _walk_subclass(value)
 
 
+_PLAIN: Final = frozenset({str, int, bool, type(None)})
+"""Types accepted without a call: most values are one of them."""
+
+
 def _walk_dict(value: dict[Any, Any]) -> None:
     for key, item in value.items():
         if type(key) is not str and not isinstance(key, str):
             raise _Lossy(_bad_key(key))
+        if type(item) in _PLAIN:
+            continue
         try:
             _walk_any(item)
         except _Lossy as exc:
@@ -97,6 +103,8 @@ def _walk_dict(value: dict[Any, Any]) -> None:
 
 def _walk_list(value: list[Any]) -> None:
     for index, item in enumerate(value):
+        if type(item) in _PLAIN:
+            continue
         try:
             _walk_any(item)
         except _Lossy as exc:
@@ -154,6 +162,11 @@ def _struct_plan(info: mi.StructType, seen: dict[type, _Walk | None]) -> _Walk |
     parts = [(f.name, p) for f in info.fields if (p := _plan(f.type, seen))]
     if not parts:
         return None
+    if len(parts) == 1 and parts[0][1] is _values_any:
+        # `tool/call` arguments: one call per event on the hot path.
+        fused = _field_values_any(parts[0][0])
+        seen[cls] = fused
+        return fused
 
     def walk(value: Any) -> None:
         for name, part in parts:
@@ -189,11 +202,28 @@ def _dict_plan(info: mi.DictType, seen: dict[type, _Walk | None]) -> _Walk | Non
 
 def _values_any(value: Any) -> None:
     for key, entry in value.items():
+        if type(entry) in _PLAIN:
+            continue
         try:
             _walk_any(entry)
         except _Lossy as exc:
             exc.trail.append(str(key))
             raise
+
+
+def _field_values_any(name: str) -> _Walk:
+    def walk(value: Any) -> None:
+        for key, entry in getattr(value, name).items():
+            if type(entry) in _PLAIN:
+                continue
+            try:
+                _walk_any(entry)
+            except _Lossy as exc:
+                exc.trail.append(str(key))
+                exc.trail.append(name)
+                raise
+
+    return walk
 
 
 def _keys_and(item: _Walk | None) -> _Walk:
