@@ -16,7 +16,10 @@ round-robin, REPS times:
 - `sequential`: the rules applied one regex at a time, as before issue 12
   (for reference; it is not what runs).
 
-Goal: `redact_clean` and `redact_triggered` at most 10% of `raw_turn`.
+Goal: `redact_clean` and `redact_triggered` at most 10% of `raw_turn`. Both
+the median and the best run are printed: on a machine busy with other work
+CPU-bound redaction slows down more than an fsync does, so the best runs
+show the cost without interference and the medians how much there was.
 """
 
 from __future__ import annotations
@@ -148,17 +151,21 @@ def main() -> None:
         loop.close()
 
     medians = {k: statistics.median(v) * 1e6 for k, v in samples.items()}
-    raw = medians["raw_turn"]
+    best = {k: min(v) * 1e6 for k, v in samples.items()}
     print(
         f"turns of 12 events, {kb:.1f} KB of text each; {REPS} repetitions "
-        "(round-robin); median per turn:"
+        "(round-robin); per turn, median and best:"
     )
-    for name, us in medians.items():
-        per_kb = "" if name == "raw_turn" else f"   {us / kb:7.1f} us/KB"
-        print(f"  {name:<17} {us:9.1f} us   x{us / raw:.3f} raw turn{per_kb}")
-    worst = max(medians["redact_clean"], medians["redact_triggered"]) / raw
-    verdict = "meets" if worst <= 0.10 else "misses"
-    print(f"redaction / raw durable turn = {worst:.3f} ({verdict} the 0.10 goal)")
+    for name in variants:
+        us, low = medians[name], best[name]
+        ratio = f"x{us / medians['raw_turn']:.3f} / x{low / best['raw_turn']:.3f} raw"
+        per_kb = "" if name == "raw_turn" else f"   {low / kb:7.1f} us/KB (best)"
+        print(f"  {name:<17} {us:9.1f} us {low:9.1f} us   {ratio}{per_kb}")
+    for label, values in (("median", medians), ("best", best)):
+        worst = max(values["redact_clean"], values["redact_triggered"])
+        ratio = worst / values["raw_turn"]
+        verdict = "meets" if ratio <= 0.10 else "misses"
+        print(f"redaction / raw durable turn ({label}) = {ratio:.3f} ({verdict} 0.10)")
 
 
 if __name__ == "__main__":

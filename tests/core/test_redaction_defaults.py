@@ -168,6 +168,41 @@ async def test_a_secret_split_across_streamed_pieces_is_redacted(
     assert "[REDACTED:" in stored
 
 
+JWT = (
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    "dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+)
+SK = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr678"
+
+
+@pytest.mark.parametrize(
+    ("secret", "recognisable"),
+    [(JWT, JWT.rindex(".") + 9), (SK, len("sk-proj-") + 16)],
+    ids=["jwt", "sk"],
+)
+@pytest.mark.asyncio
+async def test_a_long_secret_streamed_in_tiny_pieces_is_redacted_once_recognisable(
+    secret: str, recognisable: int
+) -> None:
+    text = f"use {secret} now, thanks"
+    pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+    async with Host(config()) as host:
+        session = host.sessions.create("s")
+        stored = [session.append(AssistantChunkData(text=p)).data.text for p in pieces]
+    # Streamed pieces cannot be held back: a secret shows until its shape is
+    # recognisable (a JWT's third part, 16 characters of a key); no piece
+    # after that holds any of it raw.
+    first, end = len("use ") + recognisable, len("use ") + len(secret)
+    offset = 0
+    checked = 0
+    for raw, kept in zip(pieces, stored, strict=True):
+        if offset >= first and offset + len(raw) <= end:
+            assert kept != raw, (offset, raw)
+            checked += 1
+        offset += len(raw)
+    assert checked >= 3
+
+
 @pytest.mark.asyncio
 async def test_stream_context_ends_with_the_reply() -> None:
     # "Bearer " ended one reply; the next reply's first piece is not a token.

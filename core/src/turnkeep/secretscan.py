@@ -173,9 +173,9 @@ HIGH_ENTROPY: Final = Rule(
 
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
 _CACHE_LIMIT: Final = 256
-_TAIL: Final = 256
-"""Context kept between streamed pieces: enough for the lead-in of any rule
-(`Authorization: Bearer `, `password = "`, `postgres://user:`)."""
+_LEAD: Final = 64
+"""Context kept before the last word of a streamed piece: enough for the
+lead-in of any rule (`Authorization: Bearer `, `password = "`)."""
 _OPEN_LIMIT: Final = 16_384
 """The longest open match carried to the next piece (a private key's body)."""
 
@@ -243,12 +243,12 @@ class SecretScanner:
         Returns:
             The redacted `text`, and the context for the next piece: from
             the start of a match still open at the end (a key whose end has
-            not come yet), else the last `_TAIL` characters.
+            not come yet), else `_next_context`.
         """
         whole = context + text
         mask = self._mask(whole)
         if not mask:
-            return text, whole[-_TAIL:]
+            return text, _next_context(whole)
         cut = len(context)
         pieces: list[str] = []
         pos = cut
@@ -271,7 +271,7 @@ class SecretScanner:
             redacted = "".join(pieces)
         if open_at is not None and len(whole) - open_at <= _OPEN_LIMIT:
             return redacted, whole[open_at:]
-        return redacted, whole[-_TAIL:]
+        return redacted, _next_context(whole)
 
     def _mask(self, text: str) -> int:
         """The rules whose triggers `text` holds (plus those without any)."""
@@ -343,6 +343,18 @@ class SecretScanner:
         if end < match.end():
             return whole[: start - offset] + marker + whole[end - offset :]
         return whole[: start - offset] + marker
+
+
+def _next_context(whole: str) -> str:
+    """What the next streamed piece is scanned after.
+
+    The word still being written at the end of `whole` (a key, a URL, a JWT
+    split anywhere), with `_LEAD` characters before it.
+    """
+    last = len(whole) - _OPEN_LIMIT
+    for space in (" ", "\n", "\t"):
+        last = max(last, whole.rfind(space))
+    return whole[max(0, last - _LEAD) :]
 
 
 def rules_from(
