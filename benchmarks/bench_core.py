@@ -132,7 +132,10 @@ def main() -> None:
         return time.perf_counter() - t
 
     loop = asyncio.new_event_loop()
-    host = Host(Config(persistence="sink", plugins="none"), plugins=[_SinkPlugin()])
+    # Redaction off: this measures the append path itself; its share of a
+    # turn with redaction on is `bench_redaction`'s.
+    config = Config(persistence="sink", plugins="none", redact_secrets=False)
+    host = Host(config, plugins=[_SinkPlugin()])
     loop.run_until_complete(host.start())
 
     async def turnkeep_turns() -> float:

@@ -89,3 +89,17 @@ def test_invalid_configuration_is_one_line(isolated: Path) -> None:
 def pg_password_spec() -> str:
     # Never connected to: `plugins` only builds the backend's configuration.
     return "postgres:postgresql://user:hunter2@127.0.0.1:1/db?schema=x"
+
+
+def test_redaction_off_is_warned_about(isolated: Path) -> None:
+    shown = report()
+    assert shown["redaction"] is True
+    assert shown["warnings"] == []
+    assert "warning" not in cli("plugins").stdout
+    (isolated / "turnkeep.toml").write_text("redact_secrets = false\n")
+    shown = report()
+    assert shown["redaction"] is False
+    assert any("redaction is off" in w for w in shown["warnings"])
+    table = cli("plugins")
+    assert table.exit_code == 0
+    assert "warning: secret redaction is off" in " ".join(table.stdout.split())

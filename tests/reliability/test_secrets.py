@@ -31,6 +31,7 @@ async def test_no_canary_is_stored_raw(
         persistence=backend,
         plugins=(backend,),
         redact_secrets=True,
+        redact_high_entropy=True,  # the canaries include random tokens
         backends={backend: {"path": str(path)}},
     )
     caplog.set_level(logging.DEBUG)

@@ -32,6 +32,7 @@ from turnkeep.events import (
     event_type_name,
     make_event_class,
 )
+from turnkeep.lossless import Check, checks_for
 from turnkeep.meta import TURN_END_TYPE
 
 __all__ = [
@@ -118,6 +119,11 @@ class EventCodec:
     """Payload class -> the event class it belongs to, for the payload classes
     that name exactly one registered type (updated in place: sessions keep a
     reference)."""
+    checks: dict[type, Check] = attrs.field(
+        init=False, factory=dict[type, Check], repr=False
+    )
+    """Event class -> its lossless check (`turnkeep.lossless`), for the classes
+    whose payload has `Any`-typed parts (updated in place, like `kinds`)."""
 
     def __attrs_post_init__(self) -> None:
         if self.max_event_bytes <= 0:
@@ -143,6 +149,8 @@ class EventCodec:
         kinds = _payload_kinds(by_name.values())
         self.kinds.clear()
         self.kinds.update(kinds)
+        self.checks.clear()
+        self.checks.update(checks_for(by_name.values()))
         self._opaque = {}
         union: Any = _union(by_name.values())
         self._decoder = msgspec.json.Decoder(union)

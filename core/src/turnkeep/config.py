@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,7 +65,12 @@ class Config:
         blocked_plugins: entry-point names never to load.
         max_event_bytes: the largest encoded event accepted at append.
         redact_secrets: replace credentials in events and metadata with
-            markers before anything stores them (`turnkeep.redaction`).
+            markers before anything stores them (`turnkeep.redaction`). On
+            by default; `false` stores text exactly as given.
+        redact_high_entropy: also replace long random-looking tokens (off
+            by default: it catches hashes and ids too).
+        redact_patterns: more secrets to replace, as `name = "regex"`; the
+            marker is `[REDACTED:<name>]`.
         backends: per-backend option tables, keyed by backend name.
     """
 
@@ -74,8 +80,22 @@ class Config:
     max_event_bytes: int = attrs.field(
         default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )
-    redact_secrets: bool = False
+    redact_secrets: bool = True
+    redact_high_entropy: bool = False
+    redact_patterns: dict[str, str] = attrs.field(
+        factory=dict[str, str], validator=lambda _i, _a, v: _check_patterns(v)
+    )
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
+
+
+def _check_patterns(patterns: Mapping[str, str]) -> None:
+    for name, regex in patterns.items():
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise ValueError(
+                f"redact_patterns.{name} is not a valid regex: {exc}"
+            ) from exc
 
 
 def make_converter() -> cattrs.Converter:

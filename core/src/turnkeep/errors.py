@@ -28,6 +28,7 @@ __all__ = [
     "InvalidSeedError",
     "InvalidSessionIdError",
     "InvalidSummaryError",
+    "LossyPayloadError",
     "ModelError",
     "PersistenceConflictError",
     "PersistenceError",
@@ -196,6 +197,26 @@ class EventNotSerializableError(EventRejectedError, TypeError):
     """An event's data cannot be encoded as JSON."""
 
     code = "event-not-serializable"
+
+
+class LossyPayloadError(EventNotSerializableError):
+    """An event's data holds a value storage would give back as something else.
+
+    A `set`, `tuple`, `datetime`, `bytes`, `NaN` or non-text dict key where the
+    payload's schema says `Any` (e.g. inside `tool/call` arguments): JSON
+    would store it as a list, text or null, and the event loaded later would
+    differ from the live one. A typed payload field that names the type
+    (`bytes`, `datetime`) is stored exactly and accepted.
+
+    Attributes:
+        path: where the value is, e.g. `data.arguments.when`.
+    """
+
+    code = "lossy-payload"
+
+    def __init__(self, message: str, *, event_type: str, path: str) -> None:
+        super().__init__(message, event_type=event_type)
+        self.path = path
 
 
 class EventTooLargeError(EventRejectedError):

@@ -100,6 +100,12 @@ class SessionEvent(
     type: ClassVar[str] = ""
     """The wire tag of this event's class (`"user/message"`, ...)."""
 
+    redact: ClassVar[bool] = False
+    """Whether the builtin secret redactor scans every string of this type's
+    payload. The vocabulary's text fields are always scanned; a plugin type
+    opts in (`redact = True` in its class body, or `define_event_type(...,
+    redact=True)`); otherwise its payload is stored exactly as given."""
+
 
 def event_type_name(cls: type[SessionEvent]) -> str:
     """Return the wire tag of an event class.
@@ -119,7 +125,7 @@ def is_ignorable(cls: type[SessionEvent]) -> bool:
 
 
 def define_event_type(
-    name: str, data_type: Any = Any, *, ignorable: bool = False
+    name: str, data_type: Any = Any, *, ignorable: bool = False, redact: bool = False
 ) -> type[SessionEvent]:
     """Create an event class for a plugin-defined type without writing one.
 
@@ -130,21 +136,31 @@ def define_event_type(
             msgspec supports; `Any` keeps plain JSON values).
         ignorable: mark events of this type ignorable: a reader that does not
             know the type keeps them opaque instead of refusing the log.
+        redact: let the secret redactor (`redact_secrets`) scan every string
+            of the payload. Off by default, so a payload (an encrypted blob,
+            a checkpoint) round-trips exactly.
 
     Returns:
         A frozen `SessionEvent` subclass tagged `name`.
     """
     if not name or "\x00" in name:
         raise ValueError("an event type name must be non-empty text without NUL")
-    return make_event_class(name, data_type, ignorable=ignorable)
+    return make_event_class(name, data_type, ignorable=ignorable, redact=redact)
 
 
 def make_event_class(
-    name: str, data_type: Any, *, ignorable: bool, module: str = __name__
+    name: str,
+    data_type: Any,
+    *,
+    ignorable: bool,
+    module: str = __name__,
+    redact: bool = False,
 ) -> type[SessionEvent]:
     """Build a tagged `SessionEvent` subclass (the engine of `define_event_type`)."""
     annotations: dict[str, Any] = {"data": data_type}
     namespace: dict[str, Any] = {"__module__": module, "__annotations__": annotations}
+    if redact:
+        namespace["redact"] = True
     if ignorable:
         # Always encoded (no omit_defaults), so the mark survives on disk.
         annotations["ignorable"] = bool

@@ -198,7 +198,7 @@ def redact_event(session: Session, event: SessionEvent) -> SessionEvent | None:
     Contract:
         MUST be pure and fast; MUST NOT do I/O; MUST NOT change the event's
         class, seq or time. Implemented by `turnkeep.redaction.SecretRedactor`
-        (enabled with `redact_secrets = true`).
+        (on by default; `redact_secrets = false` turns it off).
 
     Added in: 0.1.
     """

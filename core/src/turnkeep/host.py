@@ -119,7 +119,11 @@ class Host:
         self._started = True
         self._set.register(memory, "memory")
         if self.config.redact_secrets:
-            self._set.register(SecretRedactor(), "turnkeep.redaction")
+            redactor = SecretRedactor(
+                extra=tuple(self.config.redact_patterns.items()),
+                high_entropy=self.config.redact_high_entropy,
+            )
+            self._set.register(redactor, "turnkeep.redaction")
         load_entry_points(self.config, self.pm, self._set.register)
         for plugin in self.plugins:
             self._set.register(plugin, None)

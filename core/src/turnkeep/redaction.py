@@ -4,25 +4,25 @@
 `redact_event` / `redact_text` implementation, in hook order, turning a
 failure into `RedactionError` so nothing is stored raw.
 
-A builtin plugin, registered by the host when configuration sets
-`redact_secrets = true`. It implements `redact_event` and `redact_text`, so
-credentials that reach a user message, a tool's arguments or output, an error
-text or a session title are replaced by a marker such as
-`[REDACTED:api-token]` before the event joins the log. Every sink (files,
-rows, sidecars, exports, model history) therefore only ever sees the marker.
+`SecretRedactor` is a builtin plugin, registered by the host unless
+configuration sets `redact_secrets = false`. It implements `redact_event`
+and `redact_text`, so credentials that reach a user message, an assistant
+reply (streamed pieces too), a tool's arguments or output, an error text or
+a session title are replaced by a marker such as `[REDACTED:api-token]`
+before the event joins the log. Every sink (files, rows, sidecars, exports,
+model history) therefore only ever sees the marker. Plugin event types are
+left as given unless they opt in (`SessionEvent.redact`).
 
-Detection is pattern-based and deliberately conservative about what it
-keeps: a key-looking string is replaced even if it was harmless. Users add
-their own patterns by passing `extra` (name, regex) pairs, or write another
-`redact_event` plugin.
+Detection is pattern-based (`turnkeep.secretscan`) and deliberately
+conservative about what it keeps: a key-looking string is replaced even if
+it was harmless. Users add their own patterns (`redact_patterns` in the
+configuration, or `extra` here), or write another `redact_event` plugin.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import attrs
@@ -31,8 +31,18 @@ from pluggy import HookImpl
 
 from turnkeep._pluggy import call_impl
 from turnkeep.errors import RedactionError
-from turnkeep.events import SessionEvent
+from turnkeep.events import (
+    AssistantChunk,
+    AssistantChunkData,
+    AssistantMessage,
+    SessionEvent,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    UserMessage,
+)
 from turnkeep.hookspecs import hookimpl
+from turnkeep.secretscan import DEFAULT_RULES, SecretScanner, rules_from
 
 if TYPE_CHECKING:
     from turnkeep.session import Session
@@ -102,103 +112,116 @@ def run_redact_text(impls: Sequence[HookImpl], text: str) -> str:
     return current
 
 
-DEFAULT_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
-    (
-        "private-key",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE "
-        r"KEY-----|$)",
-    ),
-    ("aws-access-key", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b"),
-    ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("api-token", r"\b(?:sk|rk|pk)-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"),
-    ("api-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
-    ("api-token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    ("api-token", r"\bAIza[0-9A-Za-z_-]{35}\b"),
-    ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"),
-    ("url-password", r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@"),
-    (
-        "secret-assignment",
-        r"(?i)(?:password|passwd|secret|token|api_key|apikey|access_key)[\"']?"
-        r"\s{0,3}[:=]\s{0,3}[\"']?(?P<secret>[^\s\"',;]{6,})",
-    ),
+DEFAULT_PATTERNS: Final[tuple[tuple[str, str], ...]] = tuple(
+    (rule.name, rule.regex) for rule in DEFAULT_RULES
 )
-"""(name, regex) pairs replaced by `[REDACTED:<name>]`; a pattern with a group
-named `secret` replaces only that group (keeping, say, `Bearer `)."""
+"""(name, regex) pairs replaced by `[REDACTED:<name>]` by default; a pattern
+with a group named `secret` replaces only that group (keeping, say, `Bearer `)."""
 
-_CANDIDATE: Final = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}")
-_ENTROPY_BITS: Final = 4.0
-
-
-def _entropy(text: str) -> float:
-    counts = Counter(text)
-    total = len(text)
-    return -sum(c / total * math.log2(c / total) for c in counts.values())
-
-
-def _high_entropy(match: re.Match[str]) -> str:
-    token = match.group(0)
-    has_digit = any(c.isdigit() for c in token)
-    has_upper = any(c.isupper() for c in token)
-    has_lower = any(c.islower() for c in token)
-    if has_digit and has_upper and has_lower and _entropy(token) >= _ENTROPY_BITS:
-        return "[REDACTED:high-entropy]"
-    return token
+_TEXT_FIELDS: Final[dict[type[SessionEvent], tuple[str, ...]]] = {
+    UserMessage: ("text",),
+    AssistantChunk: ("text",),
+    AssistantMessage: ("text",),
+    ToolCall: ("arguments",),
+    ToolResult: ("output",),
+    TurnEnd: ("error",),
+}
+"""The vocabulary's free-text fields: what people and models write. Ids,
+names, numbers and statuses are the loop's own and are not scanned."""
 
 
-def _keep_context(marker: str) -> Callable[[re.Match[str]], str]:
-    def replace(match: re.Match[str]) -> str:
-        start, end = match.span("secret")
-        whole = match.group(0)
-        offset = match.start()
-        return whole[: start - offset] + marker + whole[end - offset :]
-
-    return replace
+def _streams() -> weakref.WeakKeyDictionary[Session, str]:
+    return weakref.WeakKeyDictionary()
 
 
 @attrs.define(eq=False)
 class SecretRedactor:
     """Replaces secrets in event payloads and metadata text with markers.
 
+    Scans the vocabulary's text fields (`_TEXT_FIELDS`) and every string of
+    a plugin event type that opts in (`redact = True` on the class, or
+    `define_event_type(..., redact=True)`); other plugin types are stored
+    exactly as given.
+
     Args:
-        extra: more (name, regex) pairs to redact.
+        extra: more (name, regex) pairs to redact (these run on every text:
+            they have no pre-filter).
         high_entropy: also replace long random-looking tokens (32+ chars of
-            mixed case and digits with high entropy).
+            mixed case and digits with high entropy). Off by default: it
+            also catches hashes and ids.
+
+    Raises:
+        ConfigurationError: a pattern is not a valid regex.
     """
 
     extra: Iterable[tuple[str, str]] = ()
-    high_entropy: bool = True
-    _patterns: list[tuple[re.Pattern[str], str]] = attrs.field(init=False)
+    high_entropy: bool = False
+    _scanner: SecretScanner = attrs.field(init=False)
+    _streams: weakref.WeakKeyDictionary[Session, str] = attrs.field(
+        init=False, factory=_streams
+    )
+    """Per session, the tail of the reply being streamed (see `_chunk`)."""
 
     def __attrs_post_init__(self) -> None:
-        self._patterns = [
-            (re.compile(regex), f"[REDACTED:{name}]")
-            for name, regex in (*DEFAULT_PATTERNS, *self.extra)
-        ]
+        self._scanner = SecretScanner(
+            rules_from(self.extra, high_entropy=self.high_entropy)
+        )
 
     def text(self, value: str) -> str:
         """Return `value` with every secret replaced by its marker."""
-        for pattern, marker in self._patterns:
-            if "secret" in pattern.groupindex:
-                value = pattern.sub(_keep_context(marker), value)
-            else:
-                value = pattern.sub(marker, value)
-        if self.high_entropy:
-            value = _CANDIDATE.sub(_high_entropy, value)
-        return value
+        return self._scanner.scan(value)
 
     @hookimpl(tryfirst=True)
-    def redact_event(self, event: SessionEvent) -> SessionEvent | None:
-        """Redact every string (keys included) inside the event's payload."""
+    def redact_event(
+        self, session: Session, event: SessionEvent
+    ) -> SessionEvent | None:
+        """Redact the event's text fields (see the class docstring)."""
         data = event.data
-        if isinstance(data, msgspec.Raw):
-            return None  # opaque data of an unknown type: stored as it came
-        plain = msgspec.to_builtins(data)
-        cleaned, changed = self._walk(plain)
-        if not changed:
+        if isinstance(data, AssistantChunkData):
+            return self._chunk(session, event, data)
+        if self._streams:
+            self._streams.pop(session, None)  # the streamed reply ended
+        fields = _TEXT_FIELDS.get(type(event))
+        if fields is None:
+            if not type(event).redact or isinstance(data, msgspec.Raw):
+                return None  # opaque to us: stored exactly as it came
+            plain = msgspec.to_builtins(data)
+            cleaned, changed = self._walk(plain)
+            if not changed:
+                return None
+            if isinstance(data, msgspec.Struct):
+                cleaned = msgspec.convert(cleaned, type(data))
+            return msgspec.structs.replace(event, data=cleaned)
+        scan = self._scanner.scan
+        changes: dict[str, Any] = {}
+        for name in fields:
+            value = getattr(data, name)
+            if type(value) is str:
+                cleaned = scan(value)
+                if cleaned is not value and cleaned != value:
+                    changes[name] = cleaned
+            elif value is not None:
+                cleaned, changed = self._walk(value)
+                if changed:
+                    changes[name] = cleaned
+        if not changes:
             return None
-        if isinstance(data, msgspec.Struct):
-            cleaned = msgspec.convert(cleaned, type(data))
-        return msgspec.structs.replace(event, data=cleaned)
+        return msgspec.structs.replace(
+            event, data=msgspec.structs.replace(data, **changes)
+        )
+
+    def _chunk(
+        self, session: Session, event: SessionEvent, data: AssistantChunkData
+    ) -> SessionEvent | None:
+        # A secret can straddle streamed pieces ("Bearer " | "abc..."), so
+        # each piece is scanned after the tail of the ones before it.
+        context = self._streams.get(session, "")
+        cleaned, self._streams[session] = self._scanner.scan_continued(
+            context, data.text
+        )
+        if cleaned is data.text:
+            return None
+        return msgspec.structs.replace(event, data=AssistantChunkData(text=cleaned))
 
     @hookimpl(tryfirst=True)
     def redact_text(self, text: str) -> str | None:
@@ -208,8 +231,8 @@ class SecretRedactor:
 
     def _walk(self, value: Any) -> tuple[Any, bool]:
         if isinstance(value, str):
-            cleaned = self.text(value)
-            return cleaned, cleaned != value
+            cleaned = self._scanner.scan(value)
+            return cleaned, cleaned is not value and cleaned != value
         if isinstance(value, list):
             items = [self._walk(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
             return [v for v, _ in items], any(c for _, c in items)

@@ -47,6 +47,7 @@ from turnkeep.events import (
     UserMessage,
     UserMessageData,
 )
+from turnkeep.lossless import Check
 from turnkeep.meta import (
     SessionHeader,
     SessionMeta,
@@ -154,11 +155,14 @@ class Session:
 
     _redactors: Sequence[object] = attrs.field(init=False, repr=False)
     _kinds: dict[type, type[SessionEvent]] = attrs.field(init=False, repr=False)
+    _checks: dict[type, Check] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._emit = self._hooks.session_event_hook
         self._redactors = self._hooks.redactors
-        self._kinds = self._hooks.codec.kinds
+        codec = self._hooks.codec
+        self._kinds = codec.kinds
+        self._checks = codec.checks
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -236,6 +240,9 @@ class Session:
                 redaction hook failed, or a persistence plugin found it not
                 serialisable or too large); it was not appended and nothing
                 buffered it.
+            LossyPayloadError: a value where the payload's schema says `Any`
+                would be stored as something else (a set, tuple, datetime,
+                bytes, NaN, a non-text key); the message names its path.
         """
         if data is _NO_DATA:
             data = first
@@ -257,6 +264,9 @@ class Session:
             raise SessionClosedError(f"session {self.id!r} is closed")
         events = self._events
         event = kind(seq=len(events), time=self._clock(), data=data)
+        check = self._checks.get(kind)
+        if check is not None:
+            check(event)  # only types with `Any`-typed parts have one
         if self._redactors:
             event = self._hooks.redact_event(self, event)
         events.append(event)

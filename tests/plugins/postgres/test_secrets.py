@@ -58,6 +58,7 @@ async def test_no_canary_is_stored_raw(
         persistence="postgres",
         plugins=("postgres",),
         redact_secrets=True,
+        redact_high_entropy=True,  # the canaries include random tokens
         backends={"postgres": {"dsn": DSN, "schema": schema}},
     )
     caplog.set_level(logging.DEBUG)

@@ -14,7 +14,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import click
 import msgspec
@@ -37,7 +37,12 @@ from turnkeep.config import DEFAULT_BACKEND, Config, structure_config
 from turnkeep.errors import ConfigurationError
 from turnkeep.host import Host
 
-__all__ = ["persistence_source", "register"]
+__all__ = ["REDACTION_OFF", "persistence_source", "register"]
+
+REDACTION_OFF: Final = (
+    "secret redaction is off (redact_secrets = false): keys, tokens and "
+    "passwords in messages and tool calls are stored as they were typed"
+)
 
 
 class PluginRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +63,8 @@ class _Report(msgspec.Struct, frozen=True, kw_only=True):
     active: str | None
     reason: str
     location: str | None
+    redaction: bool
+    warnings: list[str]
     error: str | None
 
 
@@ -174,12 +181,17 @@ def _report(
         )
     else:
         reason = "nothing sets `persistence` and the default backend is not installed"
+    warnings: list[str] = []
+    if not config.redact_secrets:
+        warnings.append(REDACTION_OFF)
     return _Report(
         plugins=rows,
         builtin_backends=builtin,
         active=active,
         reason=reason,
         location=_location(host, config, active),
+        redaction=config.redact_secrets,
+        warnings=warnings,
         error=error,
     )
 
@@ -233,6 +245,8 @@ def _print(report: _Report) -> None:
     )
     if report.location is not None:
         out.print(f"location: {clean(report.location)}")
+    for warning in report.warnings:
+        out.print(Text(f"warning: {warning}", "bold yellow"))
     if report.error is not None:
         out.print(Text(f"error: {report.error}", "bold red"))
 
