@@ -202,11 +202,9 @@ class EventNotSerializableError(EventRejectedError, TypeError):
 class LossyPayloadError(EventNotSerializableError):
     """An event's data holds a value storage would give back as something else.
 
-    A `set`, `tuple`, `datetime`, `bytes`, `NaN` or non-text dict key where the
-    payload's schema says `Any` (e.g. inside `tool/call` arguments): JSON
-    would store it as a list, text or null, and the event loaded later would
-    differ from the live one. A typed payload field that names the type
-    (`bytes`, `datetime`) is stored exactly and accepted.
+    A `set`, `tuple`, `datetime`, `bytes`, `NaN` or non-text key where the
+    schema says `Any` (`tool/call` arguments): stored as JSON, the loaded
+    event would differ. Typed `bytes`/`datetime` fields are stored exactly.
 
     Attributes:
         path: where the value is, e.g. `data.arguments.when`.
@@ -246,8 +244,8 @@ class UnknownEventTypeError(EventDecodeError):
 class ImportInputError(TurnkeepError, ValueError):
     """A file given to `turnkeep import` cannot be read as a conversation.
 
-    The message names the file and the line (not JSON, not UTF-8, empty,
-    nested too deeply, or a value of the wrong shape); nothing was stored.
+    The message names the file and line (not JSON or UTF-8, empty, nested
+    too deeply, a wrong shape); nothing was stored.
 
     Attributes:
         path: the file as the user named it (`-` for stdin), when known.
@@ -350,11 +348,8 @@ class SessionLockedError(SessionOwnershipError):
 class SessionHeldError(SessionLockedError):
     """`delete` refused: another live owner holds the session right now.
 
-    Nothing was deleted. Stop that owner first, or delete with `force=True`
-    (`turnkeep rm --force`), which fences it out.
-
-    Attributes:
-        session_id: the session.
+    Nothing was deleted. Stop that owner, or delete with `force=True`
+    (`turnkeep rm --force`), which fences it out. `session_id`: the session.
     """
 
     code = "session-held"
@@ -381,8 +376,8 @@ class SessionFencedError(SessionOwnershipError):
 class SessionDeletedError(SessionFencedError):
     """The session was deleted (by a forced delete) while this instance held it.
 
-    Nothing was written, and nothing is stored under the id any more: there
-    is nothing to reload. What this process still holds is all that is left.
+    Nothing was written, and nothing is stored under the id: what this
+    process still holds is all that is left.
 
     Attributes:
         session_id: the session.
@@ -419,16 +414,13 @@ class FlushError(PersistenceError):
 class FlushOutcomeUnknownError(FlushError):
     """A flush may or may not be durable: its outcome could not be learned.
 
-    Raised when something happened between writing a flush and learning
-    that it landed: the acknowledgement of its commit was lost (a dropped
-    connection, an I/O error while syncing), or a takeover raced it and may
-    have copied it into the log the new owner continues. A flush is atomic,
-    so the events `first_seq`..`last_seq` are either all in the log or none
-    of them are; which one, only reading the log tells. Never retry them
-    somewhere else on the strength of this error (they may be stored):
-    resume (or load) the session and look. Backends raise it whenever they
-    cannot tell, so their other errors from `append` mean that nothing of
-    the flush was stored.
+    Its commit's acknowledgement was lost (a dropped connection, a failed
+    sync), or a takeover raced it and may have copied it into the new
+    owner's log. The flush is atomic: `first_seq`..`last_seq` are all in the
+    log or none are, and only reading the log tells. Never store them
+    elsewhere on the strength of this error: resume (or load) and look.
+    Backends raise it whenever they cannot tell, so their other `append`
+    errors mean nothing of the flush was stored.
 
     Attributes:
         session_id: the session.
@@ -460,9 +452,8 @@ class FlushOutcomeUnknownError(FlushError):
 class FlushSessionDeletedError(FlushError):
     """A flush found its session deleted from the store (a forced delete).
 
-    Nothing of it can be stored any more, under this id: the session is
-    fenced, and closing it reports what stayed unsaved. Its cause is the
-    backend's `SessionDeletedError`.
+    Nothing more can be stored under this id; closing the session reports
+    what stayed unsaved. Its cause is the backend's `SessionDeletedError`.
     """
 
     code = "flush-session-deleted"
