@@ -5,14 +5,22 @@ to a raw baseline in the same run and prints its ratios. The user's path
 (`bench_loop`: `AgentLoop.run_turn`, `Session.append` + `flush`, the peers)
 runs first; the modules that call the backends directly follow as a
 breakdown.
+
+What the modules' `main()` return goes, with the machine, into
+`latest.json`, `summary.md` and PNG plots in `BENCH_OUT` (default
+`benchmarks/results/`; see `benchmarks/results.py`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 from pathlib import Path
+from typing import Any
+
+from benchmarks import results as results_file
 
 LEAD = ("bench_loop",)
 
@@ -36,9 +44,16 @@ def main(argv: list[str]) -> int:
         if name not in names:
             print(f"no benchmark {name!r}; have: {', '.join(names)}", file=sys.stderr)
             return 2
+    results: dict[str, Any] = {"machine": results_file.machine()}
     for name in wanted:
         print(f"\n=== {name} ===", flush=True)
-        importlib.import_module(f"benchmarks.{name}").main()
+        measured = importlib.import_module(f"benchmarks.{name}").main()
+        if measured is not None:
+            results[name] = measured
+    results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    out = Path(os.environ.get("BENCH_OUT") or results_file.DEFAULT_OUT)
+    written = results_file.write(results, out)
+    print(f"\nwrote {', '.join(str(p) for p in written)}")
     return 0
 
 

@@ -243,7 +243,10 @@ def durable_turn(turns: list[list[EventRecord]]) -> dict[str, Any]:
 # -- 2. concurrency --------------------------------------------------------------
 
 
-def concurrent(work: dict[str, list[list[EventRecord]]]) -> dict[str, Any]:
+def concurrent(
+    work: dict[str, list[list[EventRecord]]], reps: int = REPS, quiet: bool = False
+) -> dict[str, Any]:
+    """Durable turns per second of turnkeep and of raw, all sessions at once."""
     total = sum(len(t) for t in work.values())
     ours: list[float] = []
     base: list[float] = []
@@ -282,23 +285,32 @@ def concurrent(work: dict[str, list[list[EventRecord]]]) -> dict[str, Any]:
             ours.append(time.perf_counter() - start)
             await backend.aclose()
 
-    for _ in range(REPS):
+    for _ in range(reps):
         run_raw()
         asyncio.run(run_ours())
     o, b = total / statistics.median(ours), total / statistics.median(base)
     ratio = statistics.median(b_ / o_ for o_, b_ in zip(ours, base, strict=True))
-    print(f"2. {len(work)} sessions flushing concurrently, {total} durable turns")
-    print(
-        f"  turnkeep {o:,.0f} turns/s, raw one-txn-per-turn {b:,.0f} turns/s: "
-        f"{ratio:.1f}x (median of paired runs; goal >= 4x)"
-    )
-    return {"ratio": ratio}
+    if not quiet:
+        print(f"2. {len(work)} sessions flushing concurrently, {total} durable turns")
+        print(
+            f"  turnkeep {o:,.0f} turns/s, raw one-txn-per-turn {b:,.0f} turns/s: "
+            f"{ratio:.1f}x (median of paired runs; goal >= 4x)"
+        )
+    return {
+        "sessions": len(work),
+        "ratio": ratio,
+        "turnkeep_turns_per_s": o,
+        "raw_turns_per_s": b,
+    }
 
 
 # -- 3. load ---------------------------------------------------------------------
 
 
-def load(turns: list[list[EventRecord]]) -> dict[str, Any]:
+def load(
+    turns: list[list[EventRecord]], reps: int = REPS, quiet: bool = False
+) -> dict[str, Any]:
+    """Warm load + decode of one session by turnkeep and by raw SQL + msgspec."""
     decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_union())
     ours: list[float] = []
     base: list[float] = []
@@ -344,7 +356,7 @@ def load(turns: list[list[EventRecord]]) -> dict[str, Any]:
 
         async def run_all() -> None:
             await backend.has("s")
-            for _ in range(REPS + 1):
+            for _ in range(reps + 1):
                 run_raw()
                 await run_ours()
             await backend.aclose()
@@ -354,8 +366,15 @@ def load(turns: list[list[EventRecord]]) -> dict[str, Any]:
         gc.unfreeze()
         raw_conn.close()
     del ours[0], base[0]  # the warm-up
-    print(f"3. load of a {events:,}-event session (warm)")
-    return {"ratio": report("load + decode", ours, base, "<= 1.2x")}
+    result = {
+        "events": events,
+        "turnkeep_s": statistics.median(ours),
+        "raw_s": statistics.median(base),
+    }
+    if not quiet:
+        print(f"3. load of a {events:,}-event session (warm)")
+        result["ratio"] = report("load + decode", ours, base, "<= 1.2x")
+    return result
 
 
 _SAME_FIELDS = (
@@ -523,7 +542,7 @@ def peer_turns(turns: list[list[EventRecord]]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main() -> dict[str, Any]:
     # Setup phases fill stores with synchronous=OFF on purpose; the backend
     # logs a warning for that at each open, which is noise here.
     logging.getLogger("turnkeep_sqlite").setLevel(logging.ERROR)
@@ -545,3 +564,4 @@ def main() -> None:
     results["load"] = load(big)
     results["list"] = listing([records(t, CODEC) for t in Workload(seed=3).session(2)])
     results["peers"] = peer_turns(turns)
+    return results

@@ -6,26 +6,17 @@ tests hold what the results file and the plots are built from.
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.benchmarks.conftest import TURNS
 
 from benchmarks import __main__ as runner, bench_loop
 
-TURNS = 12
-
-
-@pytest.fixture
-def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    monkeypatch.setattr(bench_loop, "TURNS", TURNS)
-    run = asyncio.run(bench_loop.lockstep(tmp_path, sample_disk=True))
-    return bench_loop.summarize([run])
-
 
 @pytest.mark.slow
-def test_every_contestant_is_timed_on_every_turn(results: dict[str, Any]) -> None:
+def test_every_contestant_is_timed_on_every_turn(loop_results: dict[str, Any]) -> None:
+    results = loop_results
     contestants = results["contestants"]
     assert isinstance(contestants, dict)
     assert set(contestants) == set(bench_loop.LABELS)
@@ -47,7 +38,8 @@ def test_every_contestant_is_timed_on_every_turn(results: dict[str, Any]) -> Non
 
 
 @pytest.mark.slow
-def test_disk_is_sampled_as_the_session_grows(results: dict[str, Any]) -> None:
+def test_disk_is_sampled_as_the_session_grows(loop_results: dict[str, Any]) -> None:
+    results = loop_results
     samples = results["disk_samples"]
     assert isinstance(samples, dict)
     assert samples["turns"] == list(range(1, TURNS + 1))
