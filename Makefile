@@ -53,3 +53,6 @@ test-postgres: ## Only the PostgreSQL tests
 
 docs: ## Regenerate docs/hooks.md from the hook specs
 	$(SYNC) && $(UV) run --no-sync python -m turnkeep._hookdocs > docs/hooks.md
+
+site: docs ## The documentation site (mkdocs-material, strict: any warning fails) into site/
+	NO_MKDOCS_2_WARNING=1 $(UV) run --no-sync mkdocs build --strict --site-dir site
