@@ -2,7 +2,7 @@
 UV := ./scripts/uv
 SYNC := $(UV) sync --all-packages --locked --quiet
 
-.PHONY: help install demo test test-fast lint typecheck bench bench-full soak test-postgres docs
+.PHONY: help install demo test test-fast lint typecheck bench bench-full bench-docs soak test-postgres docs site
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -32,11 +32,18 @@ lint: ## ruff check and format check
 typecheck: ## pyright (strict) over every member, tests and benchmarks
 	$(SYNC) && $(UV) run --no-sync pyright
 
-bench: ## Benchmarks: ratios against raw baselines (and peers) measured in the same run
+bench: ## Benchmarks: the user's path first, raw baselines and peers in the same run; JSON and plots in benchmarks/results/
 	$(SYNC) --group bench && $(UV) run --no-sync python -m benchmarks
 
-bench-full: ## The benchmarks at full size (the loop at T = 1,000 turns)
-	$(SYNC) --group bench && BENCH_LOOP_TURNS=1000 $(UV) run --no-sync python -m benchmarks
+bench-full: ## The benchmarks at full size (the loop at T = 1,000 turns, larger sessions)
+	$(SYNC) --group bench && BENCH_FULL=1 BENCH_LOOP_TURNS=1000 $(UV) run --no-sync python -m benchmarks
+
+# The plots the documentation site shows: a full run of the user's path and
+# the scaling curves, written where docs/benchmarks.md finds them. Run it on
+# a quiet machine (see `uptime`) and commit docs/benchmarks/.
+bench-docs: ## A full run of bench_loop and bench_scaling into docs/benchmarks/ (commit the result)
+	$(SYNC) --group bench && BENCH_FULL=1 BENCH_LOOP_TURNS=1000 BENCH_OUT=docs/benchmarks \
+		$(UV) run --no-sync python -m benchmarks loop scaling
 
 soak: ## Long randomised reliability runs (prints their seeds)
 	$(SYNC) && $(UV) run --no-sync pytest -m soak -p no:cacheprovider --soak
@@ -46,3 +53,6 @@ test-postgres: ## Only the PostgreSQL tests
 
 docs: ## Regenerate docs/hooks.md from the hook specs
 	$(SYNC) && $(UV) run --no-sync python -m turnkeep._hookdocs > docs/hooks.md
+
+site: docs ## The documentation site (mkdocs-material, strict: any warning fails) into site/
+	NO_MKDOCS_2_WARNING=1 $(UV) run --no-sync mkdocs build --strict --site-dir site

@@ -188,14 +188,14 @@ def durable_turn() -> None:
 # -- 2. load -------------------------------------------------------------------
 
 
-async def _populate_big(root: Path) -> None:
+async def _populate_big(root: Path, size: int) -> None:
     backend = JsonlPersistence(root, ops=NoSyncOps())
     await backend.create(meta("big"))
     workload = Workload(seed=11)
     codec = EventCodec()
     written = 0
-    for events in workload.session(LOAD_EVENTS // K + 1):
-        batch = records(events, codec)[: LOAD_EVENTS - written]  # type: ignore[arg-type]
+    for events in workload.session(size // K + 1):
+        batch = records(events, codec)[: size - written]  # type: ignore[arg-type]
         if not batch:
             break
         await backend.append("big", batch)
@@ -203,11 +203,12 @@ async def _populate_big(root: Path) -> None:
     await backend.aclose()
 
 
-def load() -> None:
+def load(size: int = LOAD_EVENTS, reps: int = LOAD_REPS) -> dict[str, float]:
+    """Median seconds to load and decode a `size`-event session, and raw's."""
     codec = EventCodec()
     decoder = msgspec.json.Decoder()
     with scratch() as root:
-        asyncio.run(_populate_big(root / "store"))
+        asyncio.run(_populate_big(root / "store", size))
         (log,) = (root / "store").glob("g-*/*.jsonl")
 
         def raw() -> int:
@@ -222,7 +223,7 @@ def load() -> None:
         raw_t: list[float] = []
         tk_t: list[float] = []
         n = 0
-        for _ in range(LOAD_REPS):
+        for _ in range(reps):
             gc.collect()
             t = time.perf_counter()
             raw()
@@ -233,9 +234,21 @@ def load() -> None:
             tk_t.append(time.perf_counter() - t)
         loop.run_until_complete(backend.aclose())
         loop.close()
-        size = log.stat().st_size
-    r, k = statistics.median(raw_t), statistics.median(tk_t)
-    print(f"2. load of a {n:,}-event session ({size / 1e6:.1f} MB file)")
+        file_size = log.stat().st_size
+    return {
+        "events": n,
+        "file_bytes": file_size,
+        "turnkeep_s": statistics.median(tk_t),
+        "raw_s": statistics.median(raw_t),
+    }
+
+
+def print_load(result: dict[str, float]) -> None:
+    r, k = result["raw_s"], result["turnkeep_s"]
+    print(
+        f"2. load of a {result['events']:,.0f}-event session "
+        f"({result['file_bytes'] / 1e6:.1f} MB file)"
+    )
     print(f"   raw read + msgspec decode_lines : {r * 1e3:8.1f} ms (median)")
     print(f"   turnkeep load + decode_log      : {k * 1e3:8.1f} ms (median)")
     print(f"   ratio                           : {k / r:8.3f}   (goal <= 1.2)")
@@ -325,7 +338,7 @@ def listing() -> None:
 
 def main() -> None:
     durable_turn()
-    load()
+    print_load(load())
     listing()
 
 

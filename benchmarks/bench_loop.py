@@ -1,21 +1,32 @@
 """The user's path: `AgentLoop.run_turn` and `Session.append` + `flush`, in one run.
 
-`make bench` measures what users call, next to raw baselines measured in the
-same run, turn by turn in lockstep so every contestant sees the same machine:
+`make bench` leads with what users call, next to raw baselines and to two
+peers measured in the same process and run, turn by turn in lockstep so every
+contestant sees the same machine (each turn, the contestants take their step
+in a rotating order):
 
-- raw (JSONL): the turn's events encoded with msgspec, one `os.write` and one
-  `os.fsync`, run behind the same thread hop turnkeep takes
-  (`asyncio.to_thread`);
-- raw (SQLite): one `executemany` transaction per turn in WAL mode with
-  `synchronous=FULL`, behind the same hop;
-- `Session.append` x 12 + `flush` (the benchmark workload's turn);
-- `AgentLoop.run_turn` with a lean model that streams exactly what it is
-  given (7 text deltas and one safe tool call, then "ok"): about 15 events
-  per turn. The raw baselines write the events the loop's turn appended, so
-  they store the same bytes.
+- `AgentLoop.run_turn` on JSONL and on SQLite with a lean model that streams
+  exactly what it is given (7 text deltas and one safe tool call, then "ok"):
+  about 15 events per turn;
+- raw (JSONL): the loop's turn encoded with msgspec, one `os.write` and one
+  `os.fsync`, behind the same thread hop turnkeep takes (`asyncio.to_thread`);
+  raw (SQLite): one `executemany` transaction per turn in WAL mode with
+  `synchronous=FULL`, behind the same hop. Both store the events the loop's
+  turn appended, so they write the same bytes;
+- `Session.append` x 12 + `flush` (the benchmark workload's turn), next to
+  the same raw writers storing that turn;
+- the peers (`benchmarks/peers.py`): the OpenAI Agents SDK's `SQLiteSession`
+  (`add_items` of the loop's turn as Responses items) and LangGraph's
+  `SqliteSaver` (`put_writes` + `put` of the growing message state). Each
+  turn is converted to their items outside the timed region.
 
-Printed per backend: microseconds per turn, the ratio to raw behind the hop,
-and `last10/first10` (a turn must not cost more as the session grows).
+Printed: microseconds per turn, the ratio to raw behind the hop, the peers'
+time over turnkeep's (how many times faster turnkeep is), `last10/first10`
+(a turn must not cost more as the session grows) and bytes on disk after
+close over the payload (the JSON bytes of the loop's events). `main()`
+returns everything, per-turn curves and disk samples included, for
+`benchmarks/results/latest.json` and the plots.
+
 Sizes: `BENCH_LOOP_TURNS` (200; `make bench-full` runs 1,000), `BENCH_REPS`
 (3).
 """
@@ -29,21 +40,27 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
+from benchmarks import peers
+from benchmarks.peers import disk_bytes
 from benchmarks.workload import CHUNKS, Workload
 from turnkeep import AgentLoop, Host, SessionEvent, function_tool
 from turnkeep.agent import ModelOutput, ModelRequest, ModelToolCall, TextDelta
 
 TURNS = int(os.environ.get("BENCH_LOOP_TURNS", "200"))
 REPS = int(os.environ.get("BENCH_REPS", "3"))
+BACKENDS = ("jsonl", "sqlite")
+_T = TypeVar("_T")
+DISK_SAMPLES = 20  # disk sizes taken per run (untimed), for the plot
 
 _encode_into = msgspec.json.Encoder().encode_into
+_encode = msgspec.json.Encoder().encode
 
 
 @contextmanager
@@ -158,97 +175,296 @@ def _config(backend: str, root: Path) -> dict[str, Any]:
     }
 
 
-async def lockstep(backend: str, root: Path) -> dict[str, list[float]]:
-    """Per-turn seconds of every contestant, alternating turn by turn."""
-    workload = Workload(seed=11)
-    append_turns = [list(t) for t in workload.session(TURNS)]
-    raw_loop = RAW[backend](root / "raw-loop")
-    raw_append = RAW[backend](root / "raw-append")
-    times: dict[str, list[float]] = {
-        "raw_loop": [],
-        "run_turn": [],
-        "raw_append": [],
-        "append_flush": [],
-        "events": [],
-    }
+#: Every contestant: key -> what the results and the plots call it.
+LABELS = {
+    "jsonl.run_turn": "turnkeep JSONL, AgentLoop.run_turn",
+    "sqlite.run_turn": "turnkeep SQLite, AgentLoop.run_turn",
+    "jsonl.raw_loop": "raw write+fsync (hop), the loop's turn",
+    "sqlite.raw_loop": "raw SQLite txn (hop), the loop's turn",
+    "jsonl.append_flush": "turnkeep JSONL, Session.append x12 + flush",
+    "sqlite.append_flush": "turnkeep SQLite, Session.append x12 + flush",
+    "jsonl.raw_append": "raw write+fsync (hop), 12 events",
+    "sqlite.raw_append": "raw SQLite txn (hop), 12 events",
+    "peer.openai": peers.OpenAISession.name,
+    "peer.langgraph": peers.LangGraphSaver.name,
+}
+#: The contestants that store the loop's turns: their disk is compared.
+LOOP_STORES = (
+    "jsonl.run_turn",
+    "sqlite.run_turn",
+    "jsonl.raw_loop",
+    "sqlite.raw_loop",
+    "peer.openai",
+    "peer.langgraph",
+)
+
+
+def _rotated(items: list[_T], turn: int) -> list[_T]:
+    shift = turn % len(items)
+    return items[shift:] + items[:shift]
+
+
+async def lockstep(root: Path, sample_disk: bool) -> dict[str, Any]:
+    """One run: per-turn seconds of every contestant, alternating turn by turn."""
+    prompts = Workload(seed=13)
+    said = [prompts.text() for _ in range(TURNS)]
+    append_turns = [list(t) for t in Workload(seed=12).session(TURNS)]
+    times: dict[str, list[float]] = {key: [] for key in LABELS}
+    dirs: dict[str, Path] = {}
+    raw_loop: dict[str, RawJsonl | RawSqlite] = {}
+    raw_append: dict[str, RawJsonl | RawSqlite] = {}
+    agents: dict[str, AgentLoop] = {}
+    hosts: dict[str, Host] = {}
+    sessions: dict[str, Any] = {}
+    events_per_turn: list[int] = []
+    payload = 0
+    samples: dict[str, list[int]] = {"turns": [], "payload": []}
+    samples.update({key: [] for key in LOOP_STORES})
+    every = max(1, TURNS // DISK_SAMPLES)
     perf = time.perf_counter
-    async with (
-        Host(_config(backend, root / "loop")) as loop_host,
-        Host(_config(backend, root / "append")) as append_host,
-    ):
-        agent = AgentLoop.create(
-            "bench",
-            host=loop_host,
-            model=LeanModel(workload),
-            tools=[make_lookup(workload)],
-        )
-        live = loop_host.sessions
-        session = append_host.sessions.create("s")
+    async with AsyncExitStack() as stack:
+        for backend in BACKENDS:
+            dirs[f"{backend}.run_turn"] = root / f"loop-{backend}"
+            dirs[f"{backend}.raw_loop"] = root / f"raw-loop-{backend}"
+            raw_loop[backend] = RAW[backend](dirs[f"{backend}.raw_loop"])
+            raw_append[backend] = RAW[backend](root / f"raw-append-{backend}")
+            host = await stack.enter_async_context(
+                Host(_config(backend, dirs[f"{backend}.run_turn"]))
+            )
+            hosts[backend] = host
+            # Each loop gets its own copy of the same prepared replies.
+            workload = Workload(seed=11)
+            agents[backend] = AgentLoop.create(
+                "bench",
+                host=host,
+                model=LeanModel(workload),
+                tools=[make_lookup(workload)],
+            )
+            append_host = await stack.enter_async_context(
+                Host(_config(backend, root / f"append-{backend}"))
+            )
+            hosts[f"{backend}.append"] = append_host
+            sessions[backend] = append_host.sessions.create("s")
+        stores = {
+            f"peer.{kind.key}": kind(root / f"peer-{kind.key}") for kind in peers.PEERS
+        }
+        dirs.update({key: store.directory for key, store in stores.items()})
+
         for turn in range(TURNS):
-            said = workload.text()
-            start = live.get(agent.session_id).next_seq if turn else 0
-            t = perf()
-            await agent.run_turn(said)
-            times["run_turn"].append(perf() - t)
-            produced = list(live.get(agent.session_id).events[start:])
-            times["events"].append(len(produced))
-            t = perf()
-            await asyncio.to_thread(raw_loop.turn, produced)
-            times["raw_loop"].append(perf() - t)
+            # Phase 1: the loops. Phase 2 stores what they produced.
+            produced: dict[str, list[SessionEvent]] = {}
+            for backend in _rotated(list(BACKENDS), turn):
+                live = hosts[backend].sessions
+                agent = agents[backend]
+                start = live.get(agent.session_id).next_seq if turn else 0
+                t = perf()
+                await agent.run_turn(said[turn])
+                times[f"{backend}.run_turn"].append(perf() - t)
+                produced[backend] = list(live.get(agent.session_id).events[start:])
+            loop_turn = produced["jsonl"]
+            events_per_turn.append(len(loop_turn))
+            payload += sum(len(_encode(e)) for e in loop_turn)
+            plain = [msgspec.to_builtins(e) for e in loop_turn]
+            natives = {key: store.convert(plain) for key, store in stores.items()}
+            steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+            for backend in BACKENDS:
+                steps += _steps(
+                    backend,
+                    produced[backend],
+                    append_turns[turn],
+                    raw_loop[backend],
+                    raw_append[backend],
+                    sessions[backend],
+                )
+            steps += [
+                (key, _peer_step(store, natives[key])) for key, store in stores.items()
+            ]
+            for key, step in _rotated(steps, turn):
+                t = perf()
+                await step()
+                times[key].append(perf() - t)
+            if sample_disk and ((turn + 1) % every == 0 or turn == TURNS - 1):
+                samples["turns"].append(turn + 1)
+                samples["payload"].append(payload)
+                for key in LOOP_STORES:
+                    samples[key].append(disk_bytes(dirs[key]))
+        for backend in BACKENDS:
+            await agents[backend].close()
+            await hosts[f"{backend}.append"].sessions.close(sessions[backend].id)
+        closed = {key: store.close() for key, store in stores.items()}
+    for writer in (*raw_loop.values(), *raw_append.values()):
+        writer.close()
+    closed.update({key: disk_bytes(dirs[key]) for key in LOOP_STORES[:4]})
+    return {
+        "times": times,
+        "events_per_turn": events_per_turn,
+        "payload": payload,
+        "disk": closed,
+        "samples": samples,
+    }
 
-            events = append_turns[turn]
-            t = perf()
-            for event in events:
-                session.append(event.data)
-            await session.flush()
-            times["append_flush"].append(perf() - t)
-            stored = list(session.events[-len(events) :])
-            t = perf()
-            await asyncio.to_thread(raw_append.turn, stored)
-            times["raw_append"].append(perf() - t)
-        await agent.close()
-        await append_host.sessions.close(session.id)
-    raw_loop.close()
-    raw_append.close()
-    return times
+
+def _steps(
+    backend: str,
+    loop_turn: list[SessionEvent],
+    append_turn: list[SessionEvent],
+    raw_loop: RawJsonl | RawSqlite,
+    raw_append: RawJsonl | RawSqlite,
+    session: Any,
+) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+    async def raw_loop_step() -> None:
+        await asyncio.to_thread(raw_loop.turn, loop_turn)
+
+    async def append_flush() -> None:
+        for event in append_turn:
+            session.append(event.data)
+        await session.flush()
+
+    async def raw_append_step() -> None:
+        await asyncio.to_thread(raw_append.turn, append_turn)
+
+    return [
+        (f"{backend}.raw_loop", raw_loop_step),
+        (f"{backend}.append_flush", append_flush),
+        (f"{backend}.raw_append", raw_append_step),
+    ]
 
 
-def report(backend: str, runs: list[dict[str, list[float]]]) -> None:
-    def total(name: str) -> float:
-        return statistics.median(sum(run[name]) for run in runs)
+def _peer_step(
+    store: peers.OpenAISession | peers.LangGraphSaver, items: list[Any]
+) -> Callable[[], Awaitable[None]]:
+    async def step() -> None:
+        await store.add(items)
 
-    def mean(name: str, part: slice) -> float:
-        return statistics.median(statistics.mean(run[name][part]) for run in runs)
+    return step
 
-    # Turn 0 creates the session everywhere: flatness compares turns 1-10
-    # with the last 10.
-    first, last = slice(1, 11), slice(-10, None)
-    per_turn = statistics.mean(runs[0]["events"])
+
+# -- the report --------------------------------------------------------------------
+
+# Turn 0 creates the session everywhere: flatness compares turns 1-10 with
+# the last 10.
+FIRST, LAST = slice(1, 11), slice(-10, None)
+GOALS = {"raw_loop": 1.6, "raw_append": 1.3, "peer.openai": 1.8, "peer.langgraph": 8.0}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the runs, per contestant, and the ratios the goals name."""
+
+    def total(key: str) -> list[float]:
+        return [sum(run["times"][key]) for run in runs]
+
+    def mean(key: str, part: slice) -> float:
+        return statistics.median(
+            statistics.mean(run["times"][key][part]) for run in runs
+        )
+
+    def paired(ours: str, theirs: str) -> float:
+        return statistics.median(
+            t / o for o, t in zip(total(ours), total(theirs), strict=True)
+        )
+
+    payload = runs[0]["payload"]
+    contestants: dict[str, Any] = {}
+    for key, label in LABELS.items():
+        first, last = mean(key, FIRST), mean(key, LAST)
+        entry: dict[str, Any] = {
+            "label": label,
+            "us_per_turn": statistics.median(total(key)) / TURNS * 1e6,
+            "first10_us": first * 1e6,
+            "last10_us": last * 1e6,
+            "last10_over_first10": last / first,
+            "per_turn_us": [
+                statistics.median(xs) * 1e6
+                for xs in zip(*(run["times"][key] for run in runs), strict=True)
+            ],
+        }
+        if key in LOOP_STORES:
+            disk = statistics.median(run["disk"][key] for run in runs)
+            entry["disk_bytes"] = disk
+            entry["disk_over_payload"] = disk / payload
+        contestants[key] = entry
+    ratios: dict[str, Any] = {}
+    for backend in BACKENDS:
+        ratios[backend] = {
+            "run_turn_over_raw": 1
+            / paired(f"{backend}.run_turn", f"{backend}.raw_loop"),
+            "append_flush_over_raw": 1
+            / paired(f"{backend}.append_flush", f"{backend}.raw_append"),
+            "openai_over_run_turn": paired(f"{backend}.run_turn", "peer.openai"),
+            "langgraph_over_run_turn": paired(f"{backend}.run_turn", "peer.langgraph"),
+        }
+    return {
+        "turns": TURNS,
+        "reps": len(runs),
+        "events_per_loop_turn": statistics.mean(runs[0]["events_per_turn"]),
+        "payload_bytes": payload,
+        "contestants": contestants,
+        "ratios": ratios,
+        "goals": GOALS,
+        "disk_samples": runs[0]["samples"],
+    }
+
+
+def report(results: dict[str, Any]) -> None:
+    c, r = results["contestants"], results["ratios"]
     print(
-        f"{backend}: T={TURNS} turns ({per_turn:.1f} events per loop turn), "
-        f"median of {len(runs)} runs"
+        f"T={TURNS} turns ({results['events_per_loop_turn']:.1f} events per loop "
+        f"turn, {results['payload_bytes'] / 1e6:.2f} MB payload), median of "
+        f"{results['reps']} runs, every contestant in lockstep"
     )
-    for name, base, goal in (
-        ("run_turn", "raw_loop", "1.6"),
-        ("append_flush", "raw_append", "1.3"),
-    ):
-        ours, raw = total(name), total(base)
-        growth = mean(name, last) / mean(name, first)
-        raw_growth = mean(base, last) / mean(base, first)
+
+    def line(key: str, extra: str) -> None:
+        e = c[key]
         print(
-            f"  {name:<13} {ours / TURNS * 1e6:8.0f} us/turn   raw+hop "
-            f"{raw / TURNS * 1e6:6.0f} us   ratio {ours / raw:5.2f} (goal <= {goal})"
-            f"   last10/first10 {growth:5.2f} (raw {raw_growth:4.2f}; goal <= 1.1)"
+            f"  {e['label']:<44} {e['us_per_turn']:8.0f} us/turn  "
+            f"last10/first10 {e['last10_over_first10']:5.2f}{extra}"
+        )
+
+    for backend in BACKENDS:
+        rb = r[backend]
+        line(
+            f"{backend}.run_turn",
+            f"  {rb['run_turn_over_raw']:5.2f}x raw+hop (goal <= 1.6)",
+        )
+        line(f"{backend}.raw_loop", "")
+        line(
+            f"{backend}.append_flush",
+            f"  {rb['append_flush_over_raw']:5.2f}x raw+hop (goal <= 1.3)",
+        )
+        line(f"{backend}.raw_append", "")
+    print("  flatness goal: last10/first10 <= 1.1")
+    for key, name, goal in (
+        ("peer.openai", "openai", 1.8),
+        ("peer.langgraph", "langgraph", 8.0),
+    ):
+        line(key, "")
+        print(
+            "    its time / turnkeep run_turn's: "
+            + ", ".join(f"{r[b][f'{name}_over_run_turn']:.2f} ({b})" for b in BACKENDS)
+            + f"  (goal >= {goal})"
+        )
+    print("  bytes on disk after close / payload (goal <= 1.2, SQLite <= 1.3):")
+    for key in LOOP_STORES:
+        e = c[key]
+        print(
+            f"    {e['label']:<44} {e['disk_bytes'] / 1e6:9.2f} MB "
+            f"{e['disk_over_payload']:7.2f}x"
         )
 
 
-def main() -> None:
-    for backend in ("jsonl", "sqlite"):
-        runs: list[dict[str, list[float]]] = []
-        for _ in range(REPS):
-            with scratch() as root:
-                runs.append(asyncio.run(lockstep(backend, root)))
-        report(backend, runs)
+def main() -> dict[str, Any]:
+    gone = peers.missing()
+    if gone:
+        raise SystemExit(
+            f"bench_loop: {', '.join(gone)} not installed; " + peers.INSTALL_HINT
+        )
+    runs: list[dict[str, Any]] = []
+    for rep in range(REPS):
+        with scratch() as root:
+            runs.append(asyncio.run(lockstep(root, sample_disk=rep == 0)))
+    results = summarize(runs)
+    report(results)
+    return results
 
 
 if __name__ == "__main__":

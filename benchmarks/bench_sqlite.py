@@ -12,8 +12,9 @@ median of interleaved repetitions and the ratio to its same-run baseline:
 3. load of a 100k-event session (with core's `EventCodec.decode_log`) vs raw
    `SELECT ... ORDER BY seq` plus a typed msgspec decode of every row;
 4. list 5,000 sessions with titles vs a raw query on an indexed table;
-5. peers on the durable-turn workload, if importable: LangGraph's
-   `SqliteSaver` and the OpenAI Agents SDK's `SQLiteSession`.
+5. peers on the durable-turn workload, if importable
+   (`benchmarks/peers.py`): LangGraph's `SqliteSaver` and the OpenAI Agents
+   SDK's `SQLiteSession`, each fed the turn as its own items.
 
 Sizes: `BENCH_REPS` (5), `BENCH_TURNS` (200), `BENCH_LOAD_EVENTS` (100000),
 `BENCH_LIST_SESSIONS` (5000), `BENCH_CONCURRENT_TURNS` (20 per session).
@@ -23,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -40,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from benchmarks import peers
 from benchmarks.workload import K, Workload, records
 from turnkeep import SessionMeta
 from turnkeep.events import VOCABULARY
@@ -131,7 +131,11 @@ class Contestant:
 
     async def open(self, directory: Path) -> None: ...
 
-    async def step(self, turn: list[EventRecord], plain: list[dict[str, Any]]) -> None:
+    def prepare(self, plain: list[dict[str, Any]]) -> Any:
+        """The turn as this store takes it (converted outside the timed region)."""
+        return plain
+
+    async def step(self, turn: list[EventRecord], native: Any) -> None:
         raise NotImplementedError
 
     async def close(self) -> int:
@@ -146,7 +150,7 @@ class Raw(Contestant):
         self.path = directory / "raw.sqlite3"
         self.conn = raw_connect(self.path)
 
-    async def step(self, turn: list[EventRecord], plain: list[dict[str, Any]]) -> None:
+    async def step(self, turn: list[EventRecord], native: Any) -> None:
         raw_append(self.conn, "s", turn)
 
     async def close(self) -> int:
@@ -163,7 +167,7 @@ class Ours(Contestant):
         await self.backend.create(meta("s", "bench"))
         await self.backend.has("s")  # opened before timing, as the others are
 
-    async def step(self, turn: list[EventRecord], plain: list[dict[str, Any]]) -> None:
+    async def step(self, turn: list[EventRecord], native: Any) -> None:
         await self.backend.append("s", turn)
 
     async def close(self) -> int:
@@ -185,8 +189,9 @@ async def lockstep(
         for index, turn in enumerate(turns):
             shift = index % len(contestants)
             for c in contestants[shift:] + contestants[:shift]:
+                native = c.prepare(plain[index])
                 start = time.perf_counter()
-                await c.step(turn, plain[index])
+                await c.step(turn, native)
                 per_turn[c.name].append(time.perf_counter() - start)
         disk = {c.name: await c.close() for c in contestants}
     return {k: sum(v) for k, v in per_turn.items()}, per_turn, disk
@@ -238,7 +243,10 @@ def durable_turn(turns: list[list[EventRecord]]) -> dict[str, Any]:
 # -- 2. concurrency --------------------------------------------------------------
 
 
-def concurrent(work: dict[str, list[list[EventRecord]]]) -> dict[str, Any]:
+def concurrent(
+    work: dict[str, list[list[EventRecord]]], reps: int = REPS, quiet: bool = False
+) -> dict[str, Any]:
+    """Durable turns per second of turnkeep and of raw, all sessions at once."""
     total = sum(len(t) for t in work.values())
     ours: list[float] = []
     base: list[float] = []
@@ -277,23 +285,32 @@ def concurrent(work: dict[str, list[list[EventRecord]]]) -> dict[str, Any]:
             ours.append(time.perf_counter() - start)
             await backend.aclose()
 
-    for _ in range(REPS):
+    for _ in range(reps):
         run_raw()
         asyncio.run(run_ours())
     o, b = total / statistics.median(ours), total / statistics.median(base)
     ratio = statistics.median(b_ / o_ for o_, b_ in zip(ours, base, strict=True))
-    print(f"2. {len(work)} sessions flushing concurrently, {total} durable turns")
-    print(
-        f"  turnkeep {o:,.0f} turns/s, raw one-txn-per-turn {b:,.0f} turns/s: "
-        f"{ratio:.1f}x (median of paired runs; goal >= 4x)"
-    )
-    return {"ratio": ratio}
+    if not quiet:
+        print(f"2. {len(work)} sessions flushing concurrently, {total} durable turns")
+        print(
+            f"  turnkeep {o:,.0f} turns/s, raw one-txn-per-turn {b:,.0f} turns/s: "
+            f"{ratio:.1f}x (median of paired runs; goal >= 4x)"
+        )
+    return {
+        "sessions": len(work),
+        "ratio": ratio,
+        "turnkeep_turns_per_s": o,
+        "raw_turns_per_s": b,
+    }
 
 
 # -- 3. load ---------------------------------------------------------------------
 
 
-def load(turns: list[list[EventRecord]]) -> dict[str, Any]:
+def load(
+    turns: list[list[EventRecord]], reps: int = REPS, quiet: bool = False
+) -> dict[str, Any]:
+    """Warm load + decode of one session by turnkeep and by raw SQL + msgspec."""
     decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_union())
     ours: list[float] = []
     base: list[float] = []
@@ -339,7 +356,7 @@ def load(turns: list[list[EventRecord]]) -> dict[str, Any]:
 
         async def run_all() -> None:
             await backend.has("s")
-            for _ in range(REPS + 1):
+            for _ in range(reps + 1):
                 run_raw()
                 await run_ours()
             await backend.aclose()
@@ -349,8 +366,15 @@ def load(turns: list[list[EventRecord]]) -> dict[str, Any]:
         gc.unfreeze()
         raw_conn.close()
     del ours[0], base[0]  # the warm-up
-    print(f"3. load of a {events:,}-event session (warm)")
-    return {"ratio": report("load + decode", ours, base, "<= 1.2x")}
+    result = {
+        "events": events,
+        "turnkeep_s": statistics.median(ours),
+        "raw_s": statistics.median(base),
+    }
+    if not quiet:
+        print(f"3. load of a {events:,}-event session (warm)")
+        result["ratio"] = report("load + decode", ours, base, "<= 1.2x")
+    return result
 
 
 _SAME_FIELDS = (
@@ -447,93 +471,52 @@ def listing(turns: list[list[EventRecord]]) -> dict[str, Any]:
 
 # -- 5. peers (lockstep with turnkeep) -----------------------------------------
 
-PEER_HINT = (
-    "  install the peers to compare: uv pip install "
-    '"langgraph-checkpoint-sqlite==3.1.2" "openai-agents==0.24.0"'
-)
-_KEPT = frozenset({"user/message", "assistant/message", "tool/result"})
+
+class _Peer(Contestant):
+    """A store of `benchmarks.peers`, fed the turn as its own items."""
+
+    kind: type[peers.OpenAISession] | type[peers.LangGraphSaver]
+
+    async def open(self, directory: Path) -> None:
+        self.store = self.kind(directory)
+
+    def prepare(self, plain: list[dict[str, Any]]) -> Any:
+        return self.kind.convert(plain)
+
+    async def step(self, turn: list[EventRecord], native: Any) -> None:
+        await self.store.add(native)
+
+    async def close(self) -> int:
+        return self.store.close()
 
 
-class LangGraph(Contestant):
-    """SqliteSaver as LangGraph's loop drives it: put_writes, then put.
+class LangGraph(_Peer):
+    """Per turn `put_writes` + `put` of the growing message state."""
 
-    Like `MessagesState`, every checkpoint holds every message so far (3 per
-    turn: user, assistant with its tool call, tool result; stream chunks are
-    never checkpointed). Imported by name: the peers are bench-only packages.
-    """
-
-    name = "LangGraph SqliteSaver"
+    name = peers.LangGraphSaver.name
+    kind = peers.LangGraphSaver
     goal = 8.0
 
-    async def open(self, directory: Path) -> None:
-        base: Any = importlib.import_module("langgraph.checkpoint.base")
-        sqlite_module: Any = importlib.import_module("langgraph.checkpoint.sqlite")
-        self.empty = base.empty_checkpoint
-        self.conn = sqlite3.connect(directory / "lg.sqlite3", check_same_thread=False)
-        self.saver = sqlite_module.SqliteSaver(self.conn)
-        self.saver.setup()
-        self.config: Any = {"configurable": {"thread_id": "s", "checkpoint_ns": ""}}
-        self.history: list[dict[str, Any]] = []
-        self.steps = 0
 
-    async def step(self, turn: list[EventRecord], plain: list[dict[str, Any]]) -> None:
-        messages = [e for e in plain if e["type"] in _KEPT]
-        self.steps += 1
-        if self.steps > 1:
-            self.saver.put_writes(
-                self.config, [("messages", messages)], f"t{self.steps}"
-            )
-        self.history.extend(messages)
-        checkpoint = self.empty()
-        checkpoint["channel_values"] = {"messages": list(self.history)}
-        checkpoint["channel_versions"] = {"messages": self.steps}
-        self.config = self.saver.put(
-            self.config, checkpoint, {"step": self.steps}, {"messages": self.steps}
-        )
+class OpenAI(_Peer):
+    """`add_items` of the turn as the Responses items the SDK keeps."""
 
-    async def close(self) -> int:
-        self.conn.close()
-        return 0
-
-
-class OpenAI(Contestant):
-    """SQLiteSession.add_items with the turn's 12 events as items (same payload)."""
-
-    name = "OpenAI Agents SQLiteSession"
+    name = peers.OpenAISession.name
+    kind = peers.OpenAISession
     goal = 1.8
 
-    async def open(self, directory: Path) -> None:
-        memory: Any = importlib.import_module("agents.memory")
-        self.session = memory.SQLiteSession("s", directory / "openai.sqlite3")
 
-    async def step(self, turn: list[EventRecord], plain: list[dict[str, Any]]) -> None:
-        await self.session.add_items(plain)
-
-    async def close(self) -> int:
-        self.session.close()
-        return 0
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False  # the parent package is missing
-
-
-def peers(turns: list[list[EventRecord]]) -> dict[str, Any]:
+def peer_turns(turns: list[list[EventRecord]]) -> dict[str, Any]:
     print("5. peers on the durable-turn workload, in lockstep with turnkeep")
     kinds: list[type[Contestant]] = [Ours]
-    for kind, module in (
-        (LangGraph, "langgraph.checkpoint.sqlite"),
-        (OpenAI, "agents.memory"),
-    ):
-        if _importable(module):
-            kinds.append(kind)
-        else:
+    gone = peers.missing()
+    for kind in (LangGraph, OpenAI):
+        if kind.kind.key in gone:
             print(f"  {kind.name}: not installed, skipped")
+        else:
+            kinds.append(kind)
     if len(kinds) == 1:
-        print(PEER_HINT)
+        print("  " + peers.INSTALL_HINT)
         return {}
     ratios: dict[str, list[float]] = {k.name: [] for k in kinds[1:]}
     totals: dict[str, list[float]] = {k.name: [] for k in kinds}
@@ -559,7 +542,7 @@ def peers(turns: list[list[EventRecord]]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main() -> dict[str, Any]:
     # Setup phases fill stores with synchronous=OFF on purpose; the backend
     # logs a warning for that at each open, which is noise here.
     logging.getLogger("turnkeep_sqlite").setLevel(logging.ERROR)
@@ -580,4 +563,5 @@ def main() -> None:
     big = [records(t, CODEC) for t in Workload(seed=7).session(-(-LOAD_EVENTS // K))]
     results["load"] = load(big)
     results["list"] = listing([records(t, CODEC) for t in Workload(seed=3).session(2)])
-    results["peers"] = peers(turns)
+    results["peers"] = peer_turns(turns)
+    return results
