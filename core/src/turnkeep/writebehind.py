@@ -370,7 +370,8 @@ class WriteBehind:
                     raise FlushError(
                         f"session {session.id!r}: {exc}", session_id=session.id
                     ) from exc
-            if writes.pending:
+            appended = bool(writes.pending)
+            if appended:
                 start = writes.persisted
                 batch = [
                     EventRecord(seq, events[seq].type, events[seq].time, raw)
@@ -378,7 +379,12 @@ class WriteBehind:
                 ]
                 await self._append(session, writes, batch)
             summary = session.summary
-            if summary is not writes.stored_summary:
+            stored = writes.stored_summary
+            if appended and stored is not None and _same_fields(summary, stored):
+                # Changed and changed back within the flush (a turn's status):
+                # the append moved `updated_at` on; no second write needed.
+                writes.stored_summary = summary
+            elif summary is not stored:
                 try:
                     await self.backend.update(session.id, summary)
                 except SessionDeletedError as exc:
@@ -453,6 +459,15 @@ class WriteBehind:
                 session_id=session.id,
             ) from exc
         _acknowledge(writes, len(batch))
+
+
+def _same_fields(summary: SessionSummary, stored: SessionSummary) -> bool:
+    """Whether the fields a caller sets are what the backend already holds."""
+    return (
+        summary.status == stored.status
+        and summary.title == stored.title
+        and summary.first_prompt == stored.first_prompt
+    )
 
 
 def _acknowledge(writes: WriteState, count: int) -> None:
