@@ -255,3 +255,34 @@ async def test_a_reloaded_module_with_an_invalid_hook_is_refused(
         assert len(load_texts(storage, "s")) == 1
     finally:
         await host.aclose()
+
+
+@pytest.mark.asyncio
+async def test_commits_are_reported_once_across_a_reload(
+    reloadable: tuple[str, Path, MemoryStorage],
+) -> None:
+    name, _, _ = reloadable
+    ranges: list[tuple[int, int]] = []
+
+    class Recorder:
+        @hookimpl
+        def session_committed(
+            self, session: Any, first_seq: int, last_seq: int
+        ) -> None:
+            ranges.append((first_seq, last_seq))
+
+    host = await start_host(name)
+    host.register(Recorder())
+    try:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="one"))
+        await session.flush()
+        session.append(UserMessageData(text="two"))  # pending across the reload
+        await host.reload(name)
+        session.append(UserMessageData(text="three"))
+        await session.flush()
+        assert ranges[0] == (0, 0)
+        covered = [seq for first, last in ranges for seq in range(first, last + 1)]
+        assert covered == [0, 1, 2]  # no gap, no overlap, in order
+    finally:
+        await host.aclose()

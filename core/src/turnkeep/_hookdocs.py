@@ -21,6 +21,7 @@ _GROUPS = (
             "redact_event",
             "session_event",
             "session_flush",
+            "session_committed",
             "session_closed",
         ),
     ),

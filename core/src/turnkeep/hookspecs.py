@@ -261,6 +261,44 @@ def session_flush(session: Session) -> Awaitable[None] | None:
 
 
 @hookspec
+def session_committed(session: Session, first_seq: int, last_seq: int) -> None:
+    """Events `first_seq`..`last_seq` of a session became durable.
+
+    Called:
+        By the host after a flush, for the events that flush made durable
+        (a flush that failed part-way reports the part that landed). Only
+        with a persistence backend: without one nothing becomes durable.
+        Events loaded from storage are durable already and are not reported.
+
+    Calling convention:
+        Synchronous, in seq order, once per flush per process: ranges of one
+        session follow each other without gap or overlap, also across plugin
+        reloads. An exception is logged (logger `turnkeep`) and does not
+        reach the caller of the flush: the events are durable all the same,
+        and implementations after the failing one are not called for that
+        range.
+
+    Args:
+        session: the session; `session.events[first_seq:last_seq + 1]` are
+            the committed events.
+        first_seq: the first committed seq.
+        last_seq: the last committed seq.
+
+    Returns:
+        Nothing.
+
+    Contract:
+        MUST NOT do I/O on the event loop or block; hand the range to a task
+        or a queue. A consumer that must see each event exactly once (a
+        projection, a stream to another process) dedups by seq: a new process
+        reports what it commits, not what an earlier process committed, and
+        a seq it never saw committed may be written again after a crash.
+
+    Added in: 0.2.
+    """
+
+
+@hookspec
 def session_closed(session: Session) -> Awaitable[None] | None:
     """A session was closed: flushed, and no longer live.
 

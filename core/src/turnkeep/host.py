@@ -29,6 +29,7 @@ from turnkeep._pluggy import await_all, direct_caller, live_impls, refuse_awaita
 from turnkeep.backends import BackendEntry, load_entry_points
 from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventCodec
+from turnkeep.commits import CommitReporter
 from turnkeep.config import Config, structure_config
 from turnkeep.errors import (
     FlushError,
@@ -87,6 +88,7 @@ class Host:
     """What the last `aclose` could not store, one report per session."""
     _event_hook: Callable[..., list[object]] = attrs.field(init=False)
     _redactors: list[HookImpl] = attrs.field(init=False)
+    _commits: CommitReporter = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._set = PluginSet(EventCodec(max_event_bytes=self.config.max_event_bytes))
@@ -94,6 +96,7 @@ class Host:
         self.sessions = SessionStore(self, clock=self.clock)
         self._event_hook = direct_caller(self.pm, "session_event")
         self._redactors = live_impls(self.pm, "redact_event")
+        self._commits = CommitReporter(self.pm.hook.session_committed)
 
     @property
     def config(self) -> Config:
@@ -362,7 +365,13 @@ class Host:
                 session_id=session.id,
             )
         results: list[object] = self.pm.hook.session_flush(session=session)
-        await await_all(results, session_id=session.id, what="flush")
+        try:
+            await await_all(results, session_id=session.id, what="flush")
+        finally:
+            # Also after a failure: part of the flush may have landed.
+            if self._set.writebehind is not None:
+                durable = len(session.events) - self.unsaved(session)
+                self._commits.durable(session, durable)
 
     async def emit_session_closed(self, session: Session) -> None:
         """Emit `session_closed` and await every implementation."""
