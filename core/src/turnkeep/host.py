@@ -14,7 +14,6 @@ Lifecycle: `plugin_apply` is historic (replayed to plugins registered later);
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -33,8 +32,6 @@ from turnkeep.commits import CommitReporter
 from turnkeep.config import Config, structure_config
 from turnkeep.errors import (
     FlushError,
-    FlushOutcomeUnknownError,
-    PersistenceNotConfiguredError,
     PluginDisposeError,
     TurnkeepError,
 )
@@ -122,10 +119,8 @@ class Host:
         self._started = True
         self._set.register(memory, "memory")
         if self.config.redact_secrets:
-            redactor = SecretRedactor(
-                extra=tuple(self.config.redact_patterns.items()),
-                high_entropy=self.config.redact_high_entropy,
-            )
+            patterns = tuple(self.config.redact_patterns.items())
+            redactor = SecretRedactor(patterns, self.config.redact_high_entropy)
             self._set.register(redactor, "turnkeep.redaction")
         load_entry_points(self.config, self.pm, self._set.register)
         for plugin in self.plugins:
@@ -152,7 +147,7 @@ class Host:
         """
         if self._closed:
             return self.close_reports
-        reports = await self._close_sessions()
+        reports = await self.sessions.close_all() if self._started else []
         self._closed = True
         errors: list[Exception] = []
         for plugin in reversed(self._set.ordered()):
@@ -174,22 +169,6 @@ class Host:
                 f"disposing a plugin failed while closing the host: {first!r}"
             ) from first
         return self.close_reports
-
-    async def _close_sessions(self) -> list[CloseReport]:
-        async def close(session_id: str) -> CloseReport:
-            try:
-                return await self.sessions.close(session_id)
-            except FlushError as exc:
-                report = await self.sessions.abandon(session_id, reason=str(exc))
-                if isinstance(exc, FlushOutcomeUnknownError) and not report.saved:
-                    doubt = (exc.first_seq, exc.last_seq)
-                    report = attrs.evolve(report, in_doubt=doubt)
-                return report
-
-        live = [s.id for s in self.sessions.list()]
-        if not self._started or not live:
-            return []
-        return list(await asyncio.gather(*(close(i) for i in live)))
 
     async def __aenter__(self) -> Host:
         return await self.start()
@@ -271,14 +250,7 @@ class Host:
         Raises:
             PersistenceNotConfiguredError: none is active.
         """
-        writebehind = self._set.writebehind
-        if writebehind is None:
-            available = ", ".join(sorted(self._set.backends)) or "none installed"
-            raise PersistenceNotConfiguredError(
-                "no persistence backend is active; set `persistence` in "
-                f"turnkeep.toml or TURNKEEP_PERSISTENCE (available: {available})"
-            )
-        return writebehind.backend
+        return self._set.require_persistence()
 
     def unsaved(self, session: Session) -> int:
         """How many of the session's events are not durable yet.
@@ -334,19 +306,11 @@ class Host:
         return self._redactors
 
     def redact_event(self, session: Session, event: E) -> E:
-        """Run every `redact_event` implementation, in hook order.
-
-        Raises:
-            RedactionError: an implementation raised or broke its contract.
-        """
+        """Run every `redact_event` implementation (`RedactionError` if one fails)."""
         return run_redact_event(self._redactors, session, event)
 
     def redact_text(self, text: str) -> str:
-        """Run every `redact_text` implementation, in hook order.
-
-        Raises:
-            RedactionError: an implementation raised.
-        """
+        """Run every `redact_text` implementation (`RedactionError` if one fails)."""
         return run_redact_text(self.pm.hook.redact_text.get_hookimpls(), text)
 
     async def flush_session(self, session: Session) -> None:

@@ -20,9 +20,14 @@ from turnkeep._pluggy import call_plugin_hook, new_manager
 from turnkeep.backends import BackendEntry, BackendRegistry, activate
 from turnkeep.codec import EventCodec
 from turnkeep.config import Config
-from turnkeep.errors import HookContractError, PluginNotFoundError
+from turnkeep.errors import (
+    HookContractError,
+    PersistenceNotConfiguredError,
+    PluginNotFoundError,
+)
 from turnkeep.eventtypes import EventTypeRegistry
 from turnkeep.hookspecs import PluginHost
+from turnkeep.persistence import SessionPersistence
 from turnkeep.writebehind import WriteBehind
 
 __all__ = ["ADMISSION_NAME", "WRITE_BEHIND_NAME", "PluginSet"]
@@ -50,6 +55,20 @@ class PluginSet:
     def active_name(self) -> str | None:
         """The active backend's name, or `None` without persistence."""
         return self.writebehind.name if self.writebehind is not None else None
+
+    def require_persistence(self) -> SessionPersistence:
+        """Return the active backend.
+
+        Raises:
+            PersistenceNotConfiguredError: none is active.
+        """
+        if self.writebehind is None:
+            available = ", ".join(sorted(self.backends)) or "none installed"
+            raise PersistenceNotConfiguredError(
+                "no persistence backend is active; set `persistence` in "
+                f"turnkeep.toml or TURNKEEP_PERSISTENCE (available: {available})"
+            )
+        return self.writebehind.backend
 
     def names(self) -> list[str]:
         """Names of the registered plugins, in registration order."""

@@ -277,6 +277,26 @@ class SessionStore:
             return session
         return await self.resume(session_id, steal=steal)
 
+    async def close_all(self) -> list[CloseReport]:
+        """Close every live session at once; never fails on one.
+
+        A session that cannot be stored (taken over, deleted, its backend
+        failing) is abandoned and its report says why; a flush of unknown
+        outcome is reported `in_doubt`.
+        """
+
+        async def close(session_id: str) -> CloseReport:
+            try:
+                return await self.close(session_id)
+            except FlushError as exc:
+                report = await self.abandon(session_id, reason=str(exc))
+                if isinstance(exc, FlushOutcomeUnknownError) and not report.saved:
+                    doubt = (exc.first_seq, exc.last_seq)
+                    report = attrs.evolve(report, in_doubt=doubt)
+                return report
+
+        return list(await asyncio.gather(*(close(s.id) for s in self.list())))
+
     async def close(self, session_id: str) -> CloseReport:
         """Flush a live session, release its writer role and drop it.
 
