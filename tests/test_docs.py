@@ -86,3 +86,5 @@ def test_configuration_example_is_valid(tmp_path: Path) -> None:
     config = load_config(tmp_path, env={})
     assert config.persistence == "sqlite"
     assert "path" in config.backends["sqlite"]
+    assert config.retention is not None
+    assert config.retention.older_than.days == 30

@@ -22,6 +22,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
@@ -37,8 +38,11 @@ __all__ = [
     "DEFAULT_BACKEND",
     "Config",
     "PluginSelection",
+    "RetentionPolicy",
+    "RetentionStatus",
     "load_config",
     "make_converter",
+    "parse_duration",
     "structure_config",
 ]
 
@@ -51,6 +55,63 @@ DEFAULT_BACKEND: Final = "jsonl"
 """The backend used when configuration names none and it is installed."""
 
 _ENV_PREFIX: Final = "TURNKEEP_"
+
+RetentionStatus: TypeAlias = Literal["ended", "interrupted", "any"]
+"""Which sessions a retention policy removes, by their summary's status."""
+
+_DURATION: Final = re.compile(r"(\d+)\s*([wdhms])")
+_UNIT: Final = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str | timedelta) -> timedelta:
+    """Parse `30d`, `12h`, `90m` (also `w`, `s`, and sums such as `1d12h`).
+
+    A `timedelta` is returned as it is. `m` is minutes: a month is no fixed
+    length, so say `30d`.
+
+    Raises:
+        ConfigurationError: not such a duration, or not longer than zero.
+    """
+    if isinstance(text, timedelta):
+        value = text
+    else:
+        spec = text.strip().lower() if isinstance(text, str) else ""  # pyright: ignore[reportUnnecessaryIsInstance]
+        parts = _DURATION.findall(spec)
+        if not parts or _DURATION.sub("", spec).strip():
+            raise ConfigurationError(
+                f"{text!r} is not a duration; write a number and a unit: "
+                "30d (days), 12h (hours), 90m (minutes), 2w, 45s, or sums such "
+                "as 1d12h"
+            )
+        value = timedelta(seconds=sum(int(n) * _UNIT[u] for n, u in parts))
+    if value <= timedelta(0):
+        raise ConfigurationError(f"a duration must be longer than zero, got {text!r}")
+    return value
+
+
+@attrs.frozen
+class RetentionPolicy:
+    """Which stored sessions `turnkeep prune` and `turnkeep.retention` remove.
+
+    Attributes:
+        older_than: remove sessions last updated longer ago than this (a
+            `timedelta`, or text such as `"30d"`; see `parse_duration`).
+        status: `"ended"` (the last turn ended: summary status `idle`,
+            `failed` or `closed`), `"interrupted"` (summary status
+            `interrupted`), or `"any"`.
+    """
+
+    older_than: timedelta = attrs.field(converter=parse_duration)
+    status: RetentionStatus = attrs.field(
+        default="ended", validator=lambda _i, _a, v: _check_status(v)
+    )
+
+
+def _check_status(value: object) -> None:
+    if value not in ("ended", "interrupted", "any"):
+        raise ConfigurationError(
+            f"retention status must be 'ended', 'interrupted' or 'any', got {value!r}"
+        )
 
 
 @attrs.frozen
@@ -71,6 +132,9 @@ class Config:
             by default: it catches hashes and ids too).
         redact_patterns: more secrets to replace, as `name = "regex"`; the
             marker is `[REDACTED:<name>]`.
+        retention: the policy `turnkeep prune` applies when given no
+            flags, and a service applies through `turnkeep.retention`
+            (`[retention]`: `older_than = "30d"`, `status = "ended"`).
         backends: per-backend option tables, keyed by backend name.
     """
 
@@ -85,6 +149,7 @@ class Config:
     redact_patterns: dict[str, str] = attrs.field(
         factory=dict[str, str], validator=lambda _i, _a, v: _check_patterns(v)
     )
+    retention: RetentionPolicy | None = None
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
 
 
@@ -153,7 +218,14 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, str_hook)
     conv.register_structure_hook_func(lambda t: t == tuple[str, ...], names_hook)
     conv.register_structure_hook_func(lambda t: t == PluginSelection, selection_hook)
+
+    def duration_hook(value: object, _: type) -> timedelta:
+        if not isinstance(value, str):
+            raise ValueError(f'expected a duration such as "30d", got {value!r}')
+        return parse_duration(value)
+
     conv.register_structure_hook(Path, path_hook)
+    conv.register_structure_hook(timedelta, duration_hook)
     return conv
 
 
@@ -230,9 +302,11 @@ def load_config(
     converter = make_converter()
     for source, layer in layers:  # lowest precedence first
         # Validate each layer on its own so errors name their source.
-        structure_config(layer, Config, source=source, converter=converter)
+        structure_config(_partial(layer), Config, source=source, converter=converter)
         for key, value in layer.items():
-            if key == "backends":
+            if key == "retention" and isinstance(value, dict):
+                merged.setdefault("retention", {}).update(value)
+            elif key == "backends":
                 backends: dict[str, dict[str, Any]] = merged.setdefault("backends", {})
                 for name, table in value.items():
                     backends.setdefault(name, {}).update(table)
@@ -241,6 +315,16 @@ def load_config(
     return structure_config(
         merged, Config, source="merged configuration", converter=converter
     )
+
+
+def _partial(layer: dict[str, Any]) -> dict[str, Any]:
+    # One layer may set `retention.status` and leave `older_than` to another
+    # (the merged configuration is checked for it): a stand-in lets the
+    # layer's own values be checked, and named with their source, on their own.
+    table = layer.get("retention")
+    if isinstance(table, dict) and "older_than" not in table:
+        return layer | {"retention": {"older_than": "1d"} | table}
+    return layer
 
 
 def _find_upwards(
@@ -266,7 +350,10 @@ def _find_upwards(
     return None
 
 
-_TOP_LEVEL: Final = frozenset(f.name for f in attrs.fields(Config)) - {"backends"}
+_TOP_LEVEL: Final = frozenset(f.name for f in attrs.fields(Config)) - {
+    "backends",
+    "retention",
+}
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -277,7 +364,9 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         key = name[len(_ENV_PREFIX) :].lower()
         if "__" in key:
             backend, _, option = key.partition("__")
-            if backend and option:
+            if backend == "retention" and option:
+                layer.setdefault("retention", {})[option] = value
+            elif backend and option:
                 layer.setdefault("backends", {}).setdefault(backend, {})[option] = value
         elif key in _TOP_LEVEL:
             layer[key] = value

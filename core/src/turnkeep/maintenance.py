@@ -12,6 +12,9 @@ append would cut, `repair` cuts it now (quarantining the bytes first). A
 backend without it (a database, where a flush is one transaction) has no
 tail to repair. Implemented by `turnkeep-jsonl`; consumed by the
 `turnkeep verify` and `turnkeep repair` commands.
+
+Retention (`prune`, `run_retention`, `PruneReport`) lives in
+`turnkeep.retention` and is importable from here too.
 """
 
 from __future__ import annotations
@@ -31,13 +34,17 @@ from turnkeep.errors import (
 )
 from turnkeep.events import ToolCall, ToolResult
 from turnkeep.persistence import SessionPersistence
+from turnkeep.retention import PruneReport, prune, run_retention
 
 __all__ = [
     "Problem",
     "ProblemKind",
+    "PruneReport",
     "SessionMaintenance",
     "TailReport",
     "VerifyReport",
+    "prune",
+    "run_retention",
     "supports_maintenance",
     "verify_session",
 ]

@@ -15,6 +15,7 @@ from turnkeep.cli import (
     exchange,
     migrate,
     plugins,
+    retention,
     sessions,
     view,
 )
@@ -44,5 +45,15 @@ def cli(ctx: click.Context) -> None:
     ctx.ensure_object(Options)
 
 
-for _module in (sessions, view, checks, exchange, migrate, plugins, dev, conformance):
+for _module in (
+    sessions,
+    retention,
+    view,
+    checks,
+    exchange,
+    migrate,
+    plugins,
+    dev,
+    conformance,
+):
     _module.register(cli)

@@ -4,7 +4,9 @@
 when it finds a problem. `repair` is the explicit form of the torn-tail cut
 a backend with `SessionMaintenance` makes on its next write: it shows what
 would be cut, asks, and has the backend quarantine and cut it; acknowledged
-data is never touched. `recover` settles turns a crash cut off exactly as
+data is never touched. `repair --salvage` copies the intact prefix of a
+session damaged inside acknowledged data to a new session
+(`turnkeep.cli.salvage`). `recover` settles turns a crash cut off exactly as
 `AgentLoop.resume` does, with no tools and no model: every call left without
 a result is recorded as interrupted, outcome unknown, and never run again
 (safe calls included: the command line runs no tools), and the turn is
@@ -32,6 +34,7 @@ from turnkeep.cli.runtime import (
     one_line,
     open_store,
 )
+from turnkeep.cli.salvage import salvage
 from turnkeep.errors import ModelError, SessionNotFoundError
 from turnkeep.events import ToolCall
 from turnkeep.host import Host
@@ -161,22 +164,42 @@ def _tail_text(tail: TailReport) -> str:
 
 @click.command(
     "repair",
-    epilog="\b\nExamples:\n  turnkeep repair 01jx...\n  turnkeep repair --yes 01jx...",
+    epilog="\b\nExamples:\n  turnkeep repair 01jx...\n  turnkeep repair --yes 01jx...\n"
+    "  turnkeep repair --salvage 01jx...   # damaged: copy what is intact",
 )
 @click.argument("session_id", metavar="ID")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was cut as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@click.option(
+    "--salvage",
+    "salvaging",
+    is_flag=True,
+    help="For damage inside acknowledged data: write the intact prefix to a "
+    "NEW session (its id is printed) and report what was lost; the damaged "
+    "session is left as it is.",
+)
+@click.option("--id", "new_id", metavar="NEW", help="The salvaged session's id.")
 @common_options
-def repair(session_id: str, yes: bool, as_json: bool) -> None:
+def repair(
+    session_id: str, yes: bool, as_json: bool, salvaging: bool, new_id: str | None
+) -> None:
     """Cut the unacknowledged tail a crash left in a session's log.
 
     Shows what would be cut, asks, then has the backend copy those bytes to
     a quarantine file (made durable first) and cut them. Acknowledged data
     is never touched; a session damaged inside it is refused. Backends whose
     flushes are transactions (SQLite, PostgreSQL) have no tails to repair.
+
+    With --salvage, a session damaged inside acknowledged data is not
+    changed: its intact prefix is copied to a new session instead.
     """
+    if new_id is not None and not salvaging:
+        raise click.UsageError("--id names the salvaged session: use it with --salvage")
 
     async def body() -> int:
+        if salvaging:
+            async with open_store() as store:
+                return await salvage(store, session_id, new_id=new_id, as_json=as_json)
         async with open_store() as store, about(session_id):
             backend = store.backend
             validate_session_id(session_id)

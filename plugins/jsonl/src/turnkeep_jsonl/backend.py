@@ -27,6 +27,7 @@ from turnkeep.ids import validate_session_id
 from turnkeep.maintenance import TailReport
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.salvage import IntactLog
 
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
@@ -34,6 +35,7 @@ from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
 from .maintenance import inspect_tail, repair
 from .operations import Operations
+from .salvage import read_intact
 from .store import storage_error
 from .workers import Workers
 
@@ -205,6 +207,18 @@ class JsonlPersistence:
         """
         session_id = validate_session_id(session_id)
         return await self._locked(session_id, repair, self._impl, session_id)
+
+    # -- salvage (turnkeep.salvage.SessionSalvage) ----------------------------
+
+    async def read_intact(self, session_id: str) -> IntactLog:
+        """The log's whole units before the first damaged record. Read-only.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+            SessionCorruptError: the header line is damaged.
+        """
+        session_id = validate_session_id(session_id)
+        return await self._run(read_intact, self._impl, session_id)
 
     # -- threads ---------------------------------------------------------------
 

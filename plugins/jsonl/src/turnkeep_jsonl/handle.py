@@ -281,7 +281,14 @@ def write_sidecar(store: Store, handle: Handle, summary: SessionSummary) -> None
 
 
 def scan_log(
-    ops: FileOps, fd: int, size: int, *, session_id: str, collect: bool, max_line: int
+    ops: FileOps,
+    fd: int,
+    size: int,
+    *,
+    session_id: str,
+    collect: bool,
+    max_line: int,
+    tolerate: bool = False,
 ) -> ScanResult:
     """`scan` over an open log file."""
     pread = ops.pread
@@ -292,6 +299,7 @@ def scan_log(
         collect=collect,
         max_line=max_line,
         data_from=lambda offset: ops.seek_data(fd, offset),
+        tolerate=tolerate,
     )
 
 

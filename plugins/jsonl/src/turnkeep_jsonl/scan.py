@@ -146,6 +146,8 @@ class ScanResult:
         state: the session as of the last valid unit.
         damage: offset of the first bad record in the tail (`None` when the
             tail is only an unfinished unit or there is none).
+        durable_damage: that record had been acknowledged (a later unit
+            proves it); only a `tolerate` scan returns such a result.
     """
 
     header: Header
@@ -154,6 +156,7 @@ class ScanResult:
     size: int
     state: ScanState
     damage: int | None
+    durable_damage: bool = False
 
     @property
     def tail(self) -> int:
@@ -200,8 +203,12 @@ def scan(
     collect: bool,
     max_line: int,
     data_from: DataFrom | None = None,
+    tolerate: bool = False,
 ) -> ScanResult:
     """Validate a log of `size` bytes and return its valid units.
+
+    With `tolerate` (salvage), damage before a later durable unit is
+    returned as `durable_damage` with the units before it, not raised.
 
     Raises:
         SessionCorruptError: the header is damaged or names another session,
@@ -240,7 +247,7 @@ def scan(
         return ScanResult(header, events, pos, size, state, None)
     found = events if collect else None
     skip = data_from if data_from is not None else _no_holes
-    return _slow(read, pos, size, header, state, found, max_line, skip)
+    return _slow(read, pos, size, header, state, found, max_line, skip, tolerate)
 
 
 def _no_holes(offset: int) -> int:
@@ -345,6 +352,7 @@ def _slow(
     events: list[bytes] | None,
     max_line: int,
     data_from: DataFrom,
+    tolerate: bool = False,
 ) -> ScanResult:
     """Line-by-line analysis from the unit starting at `pos` (R4)."""
     unit_start = pos
@@ -383,7 +391,9 @@ def _slow(
     if bad is not None and _durable_after(
         read, data_from, bad, size, state.flush + 2, max_line
     ):
-        raise _corrupt(header.id, bad, "a record is damaged")
+        if not tolerate:
+            raise _corrupt(header.id, bad, "a record is damaged")
+        return ScanResult(header, events or [], unit_start, size, state, bad, True)
     return ScanResult(header, events or [], unit_start, size, state, bad)
 
 

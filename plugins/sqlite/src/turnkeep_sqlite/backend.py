@@ -34,6 +34,7 @@ from turnkeep.errors import (
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.salvage import IntactLog
 from turnkeep_sqlite import reads, writes
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
@@ -150,6 +151,11 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         with self._damaged.watch(session_id):  # later appends are refused too
             return await self._read(lambda conn: reads.load(conn, session_id))
+
+    async def read_intact(self, session_id: str) -> IntactLog:
+        """Events up to the first missing or unreadable row (salvage). Read-only."""
+        session_id = validate_session_id(session_id)
+        return await self._read(lambda conn: reads.intact(conn, session_id))
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""

@@ -41,11 +41,12 @@ from turnkeep.meta import (
     SessionSummary,
 )
 from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.salvage import Damage, IntactLog
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.schema import check_schema_version, retry_busy
 from turnkeep_sqlite.sqlerrors import is_corrupt, primary_code, storage_error
 
-__all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "list_page", "load"]
+__all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "intact", "list_page", "load"]
 
 T = TypeVar("T")
 
@@ -213,6 +214,57 @@ def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
             offset=first_gap,
         )
     return LoadedSession(meta=meta, events=events)
+
+
+def intact(conn: sqlite3.Connection, session_id: str) -> IntactLog:
+    """A session's events up to the first missing or unreadable row (salvage)."""
+    try:
+        row = conn.execute(_LOAD_META, (session_id,)).fetchone()
+    except sqlite3.Error as exc:
+        if is_corrupt(exc):
+            raise SessionCorruptError(
+                f"session {session_id!r}: its metadata cannot be read ({exc})",
+                session_id=session_id,
+            ) from exc
+        raise
+    if row is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    meta = _meta(row[1:])
+    if meta.header.format_version > FORMAT_VERSION:
+        raise newer_format(session_id, meta.header.format_version)
+    count = meta.summary.event_count
+    events: list[bytes] = []
+    why: str | None = None
+    try:
+        for seq, raw in conn.execute(
+            "SELECT seq, raw FROM events WHERE session_key = ? AND seq < ? "
+            "ORDER BY seq",
+            (row[0], count),
+        ):
+            if seq != len(events):
+                why = f"acknowledged event {len(events)} is missing"
+                break
+            if not isinstance(raw, bytes):
+                why = f"event {seq} is not stored as bytes"
+                break
+            events.append(raw)
+    except sqlite3.Error as exc:
+        if not (is_corrupt(exc) or primary_code(exc) == _TOOBIG):
+            raise
+        why = f"event {len(events)} cannot be read ({exc})"
+    if why is None and len(events) < count:
+        why = f"acknowledged events from {len(events)} on are missing"
+    if why is None:
+        return IntactLog(meta=meta, events=events)
+    kept = sum(len(e) for e in events)
+    damage = Damage(
+        first_seq=len(events),
+        last_seq=count - 1,
+        lost_bytes=max(meta.summary.size - kept, 0),
+        offset=len(events),
+        reason=f"{why}; the database was damaged or edited",
+    )
+    return IntactLog(meta=meta, events=events, damage=damage)
 
 
 def list_page(conn: sqlite3.Connection, limit: int, cursor: str | None) -> SessionPage:
