@@ -54,7 +54,7 @@ class LosesCommitReply:
         assert opened is not None, "open the store (write once) first"
         self.writer = opened.writer
         self.statement: bytes = opened.queries.append
-        self.observer = observer()
+        self.observer = observer
         self.lands = lands
         self.armed = True
         self.fired: str | None = None
@@ -71,9 +71,10 @@ class LosesCommitReply:
 
     def terminate(self, conn: psycopg.AsyncConnection[Any]) -> None:
         # Waits (up to 5 s) until the server process has exited.
-        row = self.observer.execute(
-            "SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,)
-        ).fetchone()
+        with self.observer() as killer:
+            row = killer.execute(
+                "SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,)
+            ).fetchone()
         assert row == (True,), "the writer's connection was not terminated"
 
     async def lose(self, conn: psycopg.AsyncConnection[Any], what: str) -> None:
@@ -152,6 +153,7 @@ async def _lose_one_commit(
     if way == "claiming":
         await store.release("a")
     loser = LosesCommitReply(store, raw_conn, lands=lands)
+    observer = raw_conn()
     flushes = {sid: turn(2, f"second {sid}") for sid in sids}
     results = await asyncio.gather(
         *(store.append(sid, records) for sid, records in flushes.items()),
@@ -165,7 +167,7 @@ async def _lose_one_commit(
         assert not result.fenced
         assert isinstance(result.__cause__, psycopg.Error)
         assert "may or may not" in str(result)
-        assert _count(loser.observer, sid) == (4 if lands else 2)
+        assert _count(observer, sid) == (4 if lands else 2)
     return store, flushes
 
 
