@@ -15,8 +15,9 @@ BROKEN = textwrap.dedent(
         AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
         IdsContract,
         ListContract, LoadContract, MetadataContract, OwnershipContract,
-        SessionsContract,
+        SessionsContract, UnknownOutcomeContract,
     )
+    from turnkeep.errors import StorageError
     from turnkeep.memory import MemoryPersistence, MemoryStorage
     from turnkeep.meta import FORMAT_VERSION
     from turnkeep.persistence import EventRecord, SessionPage
@@ -198,6 +199,32 @@ BROKEN = textwrap.dedent(
             kept = self.storage.sessions.get(session_id)
             await super().delete(session_id, force=force)
             KeepsDeletedText.trash.append(kept)
+
+
+    class SaysNotWrittenWhenUnsure(MemoryPersistence):
+        """Loses a commit's reply and reports the flush as not written."""
+
+        losing = {}
+
+        async def append(self, session_id, events):
+            lands = self.losing.pop(session_id, None)
+            if lands is None:
+                return await super().append(session_id, events)
+            if lands:
+                await super().append(session_id, events)
+            raise StorageError("the commit failed; nothing was written")
+
+
+    class TestSaysNotWrittenWhenUnsure(UnknownOutcomeContract):
+        supports_lost_acknowledgement = True
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: SaysNotWrittenWhenUnsure(storage)
+
+        async def lose_next_commit_reply(self, backend, session_id, *, lands):
+            backend.losing[session_id] = lands
 
 
     class TestKeepsDeletedText(DeleteContract):
@@ -418,6 +445,9 @@ EXPECTED_FAILURES = {
     },
     "TestFencesTheDeletedHolderGenerically": {
         "test_forced_delete_tells_the_holder_it_was_deleted",
+    },
+    "TestSaysNotWrittenWhenUnsure": {
+        "test_a_lost_acknowledgement_is_an_unknown_outcome",
     },
 }
 

@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import attrs
 import msgspec
 import pytest
 
+from turnkeep.backendkit import outcome_unknown
+from turnkeep.codec import EventRecord
 from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.memory import MemoryPersistence, MemoryStorage
 from turnkeep.meta import FORMAT_VERSION
+from turnkeep.persistence import SessionPersistence
+
+
+@attrs.define(eq=False)
+class LosesReplies(MemoryPersistence):
+    """The reference backend, whose next append to a session can lose its reply.
+
+    What a durable backend must do when a commit's acknowledgement is lost:
+    say the outcome is unknown, whether or not the flush landed.
+    """
+
+    losing: dict[str, bool] = attrs.field(factory=dict[str, bool])
+
+    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        lands = self.losing.pop(session_id, None)
+        if lands is None:
+            return await super().append(session_id, events)
+        if lands:
+            await super().append(session_id, events)
+        raise outcome_unknown(session_id, events, "the test lost the reply")
 
 
 class TestMemoryBackend(PersistenceContract):
@@ -15,11 +40,12 @@ class TestMemoryBackend(PersistenceContract):
     supports_multiple_processes = True
     supports_format_aging = True
     supports_byte_scan = True
+    supports_lost_acknowledgement = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:
         self.storage = MemoryStorage()
-        return lambda: MemoryPersistence(self.storage)
+        return lambda: LosesReplies(self.storage)
 
     async def write_newer_format(self, session_id: str) -> None:
         stored = self.storage.sessions[session_id]
@@ -35,3 +61,9 @@ class TestMemoryBackend(PersistenceContract):
 
     async def stored_bytes(self) -> dict[str, bytes]:
         return {"storage": msgspec.json.encode(self.storage)}
+
+    async def lose_next_commit_reply(
+        self, backend: SessionPersistence, session_id: str, *, lands: bool
+    ) -> None:
+        assert isinstance(backend, LosesReplies)
+        backend.losing[session_id] = lands

@@ -54,6 +54,12 @@ checks each one; the names in brackets are the kit's):
   another live owner holds is refused with `SessionHeldError` unless
   `force=True`; a forced delete fences that holder, whose next `append` or
   `update` raises `SessionDeletedError` and writes nothing.
+- [unknown-outcome] An `append` whose flush may or may not have landed (a
+  commit's reply lost, a sync failed after the write, a takeover that may
+  have copied it in) raises `FlushOutcomeUnknownError` with its seq range,
+  never an error that reads as "not written"; a later append of the same
+  records settles it (it lands, or `SequenceError` says it had), and a
+  `load` holds the flush exactly once or not at all.
 - [errors] Driver errors are wrapped in `turnkeep.errors` types.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -12,9 +13,37 @@ import pytest
 
 from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
-from turnkeep_jsonl import JsonlPersistence
+from turnkeep.persistence import SessionPersistence
+from turnkeep_jsonl import JsonlPersistence, OsFileOps
 from turnkeep_jsonl.format import decode_header, encode_header
 from turnkeep_jsonl.names import LOCKS_DIR, LOG_SUFFIX, session_name
+
+
+class LosesNextSync(OsFileOps):
+    """File operations whose next flush is written, then fails its fsync.
+
+    With `lands`, the bytes reach the file (as the page cache keeps them
+    after a failed sync); without, they are lost (as a kernel that drops
+    the dirty pages of a failed sync loses them), though `pwrite` said they
+    were written. Either way the writer cannot tell.
+    """
+
+    def __init__(self) -> None:
+        self.lands: bool | None = None
+        self.log_fd: int | None = None
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        if self.lands is not None and self.log_fd is None:
+            self.log_fd = fd
+        if fd == self.log_fd and not self.lands:
+            return len(data)
+        return super().pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        if fd == self.log_fd:
+            self.lands = self.log_fd = None
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        super().fsync(fd)
 
 
 class TestJsonlBackend(PersistenceContract):
@@ -24,11 +53,12 @@ class TestJsonlBackend(PersistenceContract):
     supports_committed_damage = True
     supports_format_aging = True
     supports_byte_scan = True
+    supports_lost_acknowledgement = True
 
     @pytest.fixture
     def make_backend(self, tmp_path: Path) -> MakeBackend:
         self.root = tmp_path / "store"
-        return lambda: JsonlPersistence(self.root)
+        return lambda: JsonlPersistence(self.root, ops=LosesNextSync())
 
     def log_path(self, session_id: str) -> Path:
         (found,) = self.root.glob(f"g-*/{session_name(session_id)}{LOG_SUFFIX}")
@@ -65,6 +95,17 @@ class TestJsonlBackend(PersistenceContract):
 
     async def stored_bytes(self) -> dict[str, bytes]:
         return await asyncio.to_thread(self.files_under, self.root)
+
+    async def lose_next_commit_reply(
+        self, backend: SessionPersistence, session_id: str, *, lands: bool
+    ) -> None:
+        # The session's next flush is its next write (the contract appends
+        # to it right after this).
+        del session_id
+        assert isinstance(backend, JsonlPersistence)
+        ops = backend.ops
+        assert isinstance(ops, LosesNextSync)
+        ops.lands = lands
 
 
 def store_digest(root: Path) -> bytes:

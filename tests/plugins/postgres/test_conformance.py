@@ -10,6 +10,9 @@ Storage manipulation for the damage contracts:
   a hand edit).
 - `write_newer_format` / `storage_digest`: the session row claims a newer
   format; the digest covers every row of every table in the schema.
+- `lose_next_commit_reply`: the writer's connection is terminated right
+  before its next commit is sent, or right after it landed
+  (`test_outcome_unknown.LosesCommitReply`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from psycopg import sql
 
 from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
+from turnkeep.persistence import SessionPersistence
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
 from .conftest import DSN, schema_shape
+from .test_outcome_unknown import LosesCommitReply
 
 pytestmark = pytest.mark.postgres
 
@@ -93,6 +98,7 @@ class TestPostgresBackend(PersistenceContract):
     supports_committed_damage = True
     supports_format_aging = True
     supports_byte_scan = True
+    supports_lost_acknowledgement = True
 
     @pytest.fixture
     def make_backend(self, pg_config: Callable[..., PostgresConfig]) -> MakeBackend:
@@ -153,3 +159,10 @@ class TestPostgresBackend(PersistenceContract):
         # Rows only: dead tuples wait in the table files for VACUUM, which
         # no client can read (docs/reliability.md, R19).
         return schema_rows(self.schema)
+
+    async def lose_next_commit_reply(
+        self, backend: SessionPersistence, session_id: str, *, lands: bool
+    ) -> None:
+        del session_id  # the contract's next write is that session's append
+        assert isinstance(backend, PostgresPersistence)
+        LosesCommitReply(backend, self._connect, lands=lands)

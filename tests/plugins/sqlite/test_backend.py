@@ -337,10 +337,10 @@ async def test_a_driver_error_half_way_reruns_the_rest_of_the_group(
     await store.append("good1", turn_records(6, 2))  # not poisoned: a bad row is no I/O
 
 
-class _LosesCommitReply:
-    """The writer's connection, whose next COMMIT lands and then fails.
+class LosesCommitReply:
+    """The writer's connection, whose next COMMIT fails (having landed or not).
 
-    As when the acknowledgement of a commit is lost: the transaction is
+    As when the acknowledgement of a commit is lost: the transaction may be
     durable, but the driver reports an I/O error (R17).
     """
 
@@ -348,6 +348,14 @@ class _LosesCommitReply:
         self._conn = conn
         self.lands = lands
         self.armed = True
+
+    @classmethod
+    def install(cls, store: SqlitePersistence, *, lands: bool) -> None:
+        """Put one on `store`'s writer (which has written: its connection is open)."""
+        writer = store._writer  # pyright: ignore[reportPrivateUsage]
+        conn = writer._conn  # pyright: ignore[reportPrivateUsage]
+        assert conn is not None
+        writer._conn = cls(conn, lands=lands)  # type: ignore[assignment]  # pyright: ignore[reportPrivateUsage]
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if self.armed and sql == "COMMIT":
@@ -371,10 +379,7 @@ async def test_a_failed_commit_reports_each_flush_as_of_unknown_outcome(
     store = open_store()
     for sid in ("a", "b"):
         await _stored(store, sid)
-    writer = store._writer  # pyright: ignore[reportPrivateUsage]
-    conn = writer._conn  # pyright: ignore[reportPrivateUsage]
-    assert conn is not None
-    writer._conn = _LosesCommitReply(conn, lands=lands)  # type: ignore[assignment]  # pyright: ignore[reportPrivateUsage]
+    LosesCommitReply.install(store, lands=lands)
     flushes = {sid: turn_records(3, 1) for sid in ("a", "b")}
     results = await asyncio.gather(
         *(store.append(sid, records) for sid, records in flushes.items()),

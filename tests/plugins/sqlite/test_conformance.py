@@ -12,7 +12,10 @@ import pytest
 
 from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
+from turnkeep.persistence import SessionPersistence
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
+
+from .test_backend import LosesCommitReply
 
 
 class TestSqliteBackend(PersistenceContract):
@@ -22,6 +25,7 @@ class TestSqliteBackend(PersistenceContract):
     supports_committed_damage = True
     supports_format_aging = True
     supports_byte_scan = True
+    supports_lost_acknowledgement = True
 
     @pytest.fixture
     def make_backend(self, tmp_path: Path) -> MakeBackend:
@@ -70,6 +74,14 @@ class TestSqliteBackend(PersistenceContract):
     async def stored_bytes(self) -> dict[str, bytes]:
         # The database, its WAL and index, free pages and all.
         return await asyncio.to_thread(self.files_under, self.path.parent)
+
+    async def lose_next_commit_reply(
+        self, backend: SessionPersistence, session_id: str, *, lands: bool
+    ) -> None:
+        # The writer's next COMMIT (landing or not) reports an I/O error.
+        del session_id
+        assert isinstance(backend, SqlitePersistence)
+        LosesCommitReply.install(backend, lands=lands)
 
 
 def file_digest(path: Path) -> bytes:

@@ -33,6 +33,7 @@ from ._ids import HOSTILE_IDS, IdsContract
 from ._listing import ListContract
 from ._load import LoadContract
 from ._metadata import MetadataContract
+from ._outcome import UnknownOutcomeContract
 from ._ownership import OwnershipContract
 from ._sessions import SessionsContract
 
@@ -51,6 +52,7 @@ __all__ = [
     "OwnershipContract",
     "PersistenceContract",
     "SessionsContract",
+    "UnknownOutcomeContract",
 ]
 
 
@@ -65,5 +67,6 @@ class PersistenceContract(
     CrashTailContract,
     FormatVersionContract,
     SessionsContract,
+    UnknownOutcomeContract,
 ):
     """Every contract at once."""

@@ -69,6 +69,8 @@ class BackendHarness:
         supports_byte_scan: `stored_bytes` is implemented (the delete
             contract then proves that a deleted session's text is nowhere
             in the store).
+        supports_lost_acknowledgement: `lose_next_commit_reply` is
+            implemented.
     """
 
     supports_reopen: ClassVar[bool] = True
@@ -77,6 +79,7 @@ class BackendHarness:
     supports_committed_damage: ClassVar[bool] = False
     supports_format_aging: ClassVar[bool] = False
     supports_byte_scan: ClassVar[bool] = False
+    supports_lost_acknowledgement: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 
@@ -109,6 +112,18 @@ class BackendHarness:
         backend cannot erase even in principle (blocks the file system
         freed, dead database tuples awaiting vacuum) is outside the scan and
         belongs in its documentation.
+        """
+        raise NotImplementedError
+
+    async def lose_next_commit_reply(
+        self, backend: SessionPersistence, session_id: str, *, lands: bool
+    ) -> None:
+        """Make `backend`'s next `append` to `session_id` lose its acknowledgement.
+
+        As a connection lost during `COMMIT` or a failed sync would: with
+        `lands`, the flush is stored and only the reply is lost; without, it
+        is not stored, though the backend had sent it for good (the commit
+        was asked for). Either way the backend cannot tell which.
         """
         raise NotImplementedError
 

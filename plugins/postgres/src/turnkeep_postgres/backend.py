@@ -27,10 +27,14 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from turnkeep.backendkit import DamagedSessions
+from turnkeep.backendkit import DamagedSessions, outcome_unknown
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
+    FlushOutcomeUnknownError,
     PersistenceError,
+    SequenceError,
+    SessionDeletedError,
+    SessionFencedError,
     StorageError,
     TurnkeepError,
 )
@@ -42,7 +46,7 @@ from turnkeep_postgres.config import PostgresConfig
 from turnkeep_postgres.schema import check_server, configure_connection, migrate
 from turnkeep_postgres.sqlerrors import connection_lost, describe_server, storage_error
 from turnkeep_postgres.statements import Queries
-from turnkeep_postgres.writer import Op, Writer, WriterStats
+from turnkeep_postgres.writer import Op, Unknown, Writer, WriterStats
 
 __all__ = ["PostgresPersistence"]
 
@@ -84,6 +88,10 @@ class PostgresPersistence:
     _opened: _Opened | None = attrs.field(init=False, default=None)
     _opening: asyncio.Lock | None = attrs.field(init=False, default=None)
     _damaged: DamagedSessions = attrs.field(init=False, factory=DamagedSessions)
+    _doubt: dict[str, list[EventRecord]] = attrs.field(
+        init=False, factory=dict[str, list[EventRecord]]
+    )
+    """Per session, the last flush whose outcome is unknown, until settled."""
     _closed: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
@@ -135,12 +143,54 @@ class PostgresPersistence:
         """
         validate_session_id(meta.id)
         await self._write(writes.create(self._state, meta))
+        self._doubt.pop(meta.id, None)
 
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
-        """Durably append one flush (owner, generation, seq checked as it lands)."""
+        """Durably append one flush (owner, generation, seq checked as it lands).
+
+        Raises:
+            FlushOutcomeUnknownError: the connection was lost once the flush's
+                commit was sent, so it may have landed; or this instance was
+                fenced while an earlier flush's outcome was unknown (`fenced`,
+                that flush's range). A later append settles the first case
+                (it lands, or `SequenceError` says the flush had landed).
+        """
         session_id = validate_session_id(session_id)
         self._damaged.check(session_id)
-        await self._write(writes.append(self._state, session_id, list(events)))
+        records = list(events)  # snapshot: the caller may reuse its list
+
+        def unknown(why: str) -> TurnkeepError:
+            return outcome_unknown(session_id, records, why)
+
+        try:
+            await self._write(
+                writes.append(self._state, session_id, records),
+                unknown=unknown if records else None,
+            )
+        except FlushOutcomeUnknownError:
+            self._doubt[session_id] = records
+            raise
+        except SessionDeletedError:
+            self._doubt.pop(session_id, None)  # nothing is left to settle
+            raise
+        except SessionFencedError as exc:
+            doubt = self._doubt.get(session_id)
+            if doubt is None:
+                raise
+            # Never "nothing was written" while a flush of ours may be in the
+            # log the new owner continues (R17).
+            raise outcome_unknown(
+                session_id,
+                doubt,
+                "its commit's reply was lost, and another worker has taken the "
+                "session over since",
+                fenced=True,
+            ) from exc
+        except SequenceError as exc:
+            if records and exc.got == records[0].seq:
+                self._doubt.pop(session_id, None)  # the stored next seq told
+            raise
+        self._doubt.pop(session_id, None)
 
     async def load(self, session_id: str) -> LoadedSession:
         """Return the stored metadata and every durable event's exact bytes."""
@@ -180,6 +230,7 @@ class PostgresPersistence:
         session_id = validate_session_id(session_id)
         await self._write(writes.delete(self._state, session_id, force=force))
         self._damaged.forget(session_id)
+        self._doubt.pop(session_id, None)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (the backend keeps `event_count`)."""
@@ -231,9 +282,9 @@ class PostgresPersistence:
                 "backend in the child"
             )
 
-    async def _write(self, op: Op[T]) -> T:
+    async def _write(self, op: Op[T], *, unknown: Unknown | None = None) -> T:
         opened = await self._open()
-        return await opened.writer.submit(op)
+        return await opened.writer.submit(op, unknown=unknown)
 
     async def _read(
         self,

@@ -13,7 +13,7 @@ from psycopg import conninfo
 
 from turnkeep.errors import StorageError
 
-__all__ = ["connection_lost", "describe_server", "storage_error"]
+__all__ = ["connection_lost", "describe_error", "describe_server", "storage_error"]
 
 # SQLSTATE classes and codes whose meaning we name in the message.
 _HINTS: dict[str, str] = {
@@ -52,19 +52,30 @@ def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.InterfaceError)
 
 
-def storage_error(exc: psycopg.Error, doing: str, where: str) -> StorageError:
-    """A `StorageError` for `exc`, raised while `doing`, against server `where`.
-
-    The caller raises it `from exc`.
-    """
+def _reason(exc: psycopg.Error) -> tuple[str, str]:
+    """`exc`'s SQLSTATE (or "") and what it means: what we know, its first line."""
     sqlstate = exc.sqlstate or ""
     hint = _HINTS.get(sqlstate)
     if hint is None and connection_lost(exc):
         hint = "the connection to the server was lost"
     text = str(exc).strip()
     detail = text.splitlines()[0] if text else type(exc).__name__
+    return sqlstate, f"{hint}: {detail}" if hint else detail
+
+
+def describe_error(exc: psycopg.Error) -> str:
+    """What `exc` means, in one line (for messages that say more around it)."""
+    sqlstate, reason = _reason(exc)
+    return f"[SQLSTATE {sqlstate}] {reason}" if sqlstate else reason
+
+
+def storage_error(exc: psycopg.Error, doing: str, where: str) -> StorageError:
+    """A `StorageError` for `exc`, raised while `doing`, against server `where`.
+
+    The caller raises it `from exc`.
+    """
+    sqlstate, reason = _reason(exc)
     code = f" [SQLSTATE {sqlstate}]" if sqlstate else ""
-    reason = f"{hint}: {detail}" if hint else detail
     return StorageError(
         f"PostgreSQL at {where} failed while {doing}{code}: {reason}. Nothing of "
         "this operation was acknowledged; retry it (a flush is retried by the "

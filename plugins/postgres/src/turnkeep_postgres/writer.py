@@ -21,11 +21,16 @@ transaction untouched and needs no savepoint. Any other operation runs
 inside its own `SAVEPOINT` when it shares the transaction, so its refusal
 rolls back only its own writes. A server error that aborts the whole
 transaction (a timeout, a deadlock, a constraint) fails only the operation
-that caused it; the others are run again in a fresh transaction. A lost
-connection or a failed `COMMIT` fails the whole group with `StorageError`:
-its outcome is unknown, and the next flush settles it, because every append
-is a compare-and-set on the stored next seq (a retry either lands or reports,
-through `SequenceError`, how much had landed).
+that caused it; the others are run again in a fresh transaction. A connection lost
+before the commit was asked for fails the whole group with `StorageError`:
+the server rolls an unfinished transaction back, so nothing of it landed. A
+connection lost once the `COMMIT` (or a lone operation's one statement) was
+sent leaves the outcome unknown: the commit may be durable and only its
+reply lost. Each operation of it then fails with the error its `unknown`
+builds (an append's `FlushOutcomeUnknownError` with its seq range, R17), and
+the next flush settles it, because every append is a compare-and-set on the
+stored next seq (a retry either lands or reports, through `SequenceError`,
+that it had landed).
 
 Operations may change the instance's in-memory ownership state as they run;
 they register an undo for each change (`Tx.undo`), which runs if their
@@ -50,13 +55,17 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from turnkeep.backendkit import Undo
 from turnkeep.errors import PersistenceError, StorageError, TurnkeepError
 from turnkeep.meta import FORMAT_VERSION
-from turnkeep_postgres.sqlerrors import connection_lost, storage_error
+from turnkeep_postgres.sqlerrors import connection_lost, describe_error, storage_error
 from turnkeep_postgres.statements import Queries
 
-__all__ = ["Batched", "Op", "Tx", "Writer", "WriterStats"]
+__all__ = ["Batched", "Op", "Tx", "Unknown", "Writer", "WriterStats"]
 
 T = TypeVar("T")
 log = logging.getLogger("turnkeep_postgres")
+
+Unknown = Callable[[str], TurnkeepError]
+"""Builds the error of an operation whose commit may or may not have landed,
+from what happened (a clause); the writer sets the driver error as its cause."""
 
 
 @attrs.define(eq=False)
@@ -144,6 +153,7 @@ def _now(flag: bool | Callable[[], bool]) -> bool:
 class _Job(Generic[T]):
     op: Op[T]
     future: asyncio.Future[T]
+    unknown: Unknown | None = None
 
 
 @attrs.define
@@ -190,13 +200,17 @@ class Writer:
     _task: asyncio.Task[None] | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
 
-    async def submit(self, op: Op[T]) -> T:
-        """Queue `op` for the next group; return its result after the commit."""
+    async def submit(self, op: Op[T], *, unknown: Unknown | None = None) -> T:
+        """Queue `op` for the next group; return its result after the commit.
+
+        If the connection is lost once the commit was sent, `op` fails with
+        `unknown(why)` (when given): it may have been committed all the same.
+        """
         if self._closed:
             raise PersistenceError(f"the PostgreSQL backend for {self.where} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.append(_Job(op, future))
+        self._queue.append(_Job(op, future, unknown))
         if self._task is None:
             self._task = loop.create_task(self._main(), name="turnkeep-postgres-writer")
         return await future
@@ -271,6 +285,9 @@ class Writer:
         refused: list[tuple[_Job[Any], BaseException]] = []
         culprit: _Job[Any] | None = None
         in_batch = False
+        # Set once the server may commit: a failure from then on, if the
+        # connection is lost, leaves the outcome unknown.
+        committing = False
         # A lone one-statement operation commits with its statement.
         solo = not shared and _now(jobs[0].op.atomic)
         try:
@@ -284,6 +301,7 @@ class Writer:
                     tx = Tx(conn, self.queries)
                     culprit = job
                     clean = _now(job.op.clean)
+                    committing = solo  # its one statement is its commit
                     try:
                         if shared and not clean:
                             async with conn.transaction():  # a savepoint
@@ -304,6 +322,7 @@ class Writer:
                         raise
                     done.append((job, value, tx))
                 culprit = None  # from here on, a failure is the COMMIT's
+                committing = True
         except TurnkeepError as exc:  # the only operation of the group refused
             _fail(jobs, exc)
             return [], False, batching
@@ -328,6 +347,10 @@ class Writer:
                 doing = "committing"
             error = storage_error(exc, doing, self.where)
             error.__cause__ = exc
+            if lost and committing:
+                self._unknown(exc, [culprit] if culprit else [j for j, _, _ in done])
+                for job, refusal in refused:  # refused before writing: it stands
+                    _fail([job], refusal)
             _fail(jobs, error)
             return [], lost, batching
         stats = self.stats
@@ -406,6 +429,28 @@ class Writer:
                 item.landed(tx)
                 done.append((job, None, tx))
         return rest
+
+    def _unknown(self, exc: psycopg.Error, jobs: list[_Job[Any]]) -> None:
+        """Fail `jobs`, whose commit was sent when the connection was lost.
+
+        It may have landed (only its reply lost): each job with an `unknown`
+        gets the error it builds; the others a `StorageError` that says so.
+        """
+        why = (
+            f"the connection to PostgreSQL at {self.where} was lost after its "
+            f"commit was sent, before the reply came: {describe_error(exc)}"
+        )
+        for job in jobs:
+            error: TurnkeepError
+            if job.unknown is not None:
+                error = job.unknown(why)
+            else:
+                error = StorageError(
+                    f"{job.op.doing}: {why}; it may have been committed all the "
+                    "same (read the session to see)"
+                )
+            error.__cause__ = exc
+            _fail([job], error)
 
     def _wrap(self, exc: psycopg.Error, job: _Job[Any]) -> StorageError:
         error = storage_error(exc, job.op.doing, self.where)
