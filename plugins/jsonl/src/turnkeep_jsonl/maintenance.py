@@ -34,6 +34,32 @@ from .summary import read_sidecar
 __all__ = ["inspect_tail", "repair"]
 
 
+def open_log(impl: Operations, session_id: str) -> tuple[int, int, str]:
+    """Open a stored session's log for reading, without taking it.
+
+    Returns:
+        The log's descriptor (the caller closes it), its folder's descriptor
+        and the session's file stem.
+
+    Raises:
+        SessionNotFoundError: nothing is stored under this id.
+        StorageError: the log cannot be opened.
+    """
+    store = impl.store
+    stem = session_name(session_id)
+    found = store.find(stem) if store.root(create=False) is not None else None
+    if found is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    gfd = found[1]
+    try:
+        fd = store.ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
+    except FileNotFoundError as exc:
+        raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
+    except OSError as exc:
+        raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+    return fd, gfd, stem
+
+
 def inspect_tail(impl: Operations, session_id: str) -> TailReport | None:
     """What the next claim or append of the session would cut. Read-only.
 
@@ -42,19 +68,8 @@ def inspect_tail(impl: Operations, session_id: str) -> TailReport | None:
         SessionCorruptError, UnsupportedFormatError: as `load` would.
         StorageError: the log cannot be read.
     """
-    store = impl.store
-    stem = session_name(session_id)
-    found = store.find(stem) if store.root(create=False) is not None else None
-    if found is None:
-        raise SessionNotFoundError(f"no stored session {session_id!r}")
-    gfd = found[1]
-    ops = store.ops
-    try:
-        fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
-    except FileNotFoundError as exc:
-        raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
-    except OSError as exc:
-        raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+    ops = impl.store.ops
+    fd, gfd, stem = open_log(impl, session_id)
     try:
         size = ops.fstat(fd).st_size
         result = scan_log(

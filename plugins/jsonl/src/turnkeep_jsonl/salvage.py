@@ -12,16 +12,15 @@ log lost its end. Nothing is written: the damaged log stays as it is.
 
 from __future__ import annotations
 
-from turnkeep.errors import SessionNotFoundError
 from turnkeep.meta import SessionMeta
 from turnkeep.salvage import Damage, IntactLog
 
 from .format import MARK, Sidecar, decode_control
 from .handle import scan_log
-from .names import LOG_SUFFIX, session_name
+from .maintenance import open_log
 from .operations import Operations
 from .scan import CHUNK, Reader, ScanResult
-from .store import READ_FLAGS, storage_error
+from .store import storage_error
 from .summary import Numbers, merge_summary, read_sidecar, session_header
 
 __all__ = ["read_intact"]
@@ -36,19 +35,8 @@ def read_intact(impl: Operations, session_id: str) -> IntactLog:
         UnsupportedFormatError: the log is of a newer format.
         StorageError: the log cannot be read.
     """
-    store = impl.store
-    stem = session_name(session_id)
-    found = store.find(stem) if store.root(create=False) is not None else None
-    if found is None:
-        raise SessionNotFoundError(f"no stored session {session_id!r}")
-    gfd = found[1]
-    ops = store.ops
-    try:
-        fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
-    except FileNotFoundError as exc:
-        raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
-    except OSError as exc:
-        raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+    ops = impl.store.ops
+    fd, gfd, stem = open_log(impl, session_id)
     try:
         size = ops.fstat(fd).st_size
         result = scan_log(
