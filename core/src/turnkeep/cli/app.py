@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from turnkeep.cli import (
+    backup,
     checks,
     conformance,
     dev,
@@ -50,6 +51,7 @@ for _module in (
     retention,
     view,
     checks,
+    backup,
     exchange,
     migrate,
     plugins,

@@ -46,8 +46,15 @@ from turnkeep.errors import (
 from turnkeep.events import UserMessage, UserMessageData
 from turnkeep.ids import new_session_id, validate_session_id
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ExportHeader", "register"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "ExportHeader",
+    "export_data",
+    "register",
+]
 
 EXPORT_FORMAT: Final = "turnkeep-export"
 EXPORT_VERSION: Final = 1
@@ -101,26 +108,30 @@ def export(session_id: str, output: Path | None) -> None:
     async def body() -> int:
         async with open_store() as store, about(session_id):
             loaded = await store.backend.load(validate_session_id(session_id))
-        lines = [raw + b"\n" for raw in loaded.events]
-        digest = hashlib.sha256(b"".join(lines)).hexdigest()
-        header = ExportHeader(
-            format=EXPORT_FORMAT,
-            version=EXPORT_VERSION,
-            meta=loaded.meta,
-            events=len(lines),
-            sha256=digest,
-            exported_at=now_ms(),
-        )
-        data = msgspec.json.encode(header) + b"\n" + b"".join(lines)
+        data = export_data(loaded)
         if output is None:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
             await asyncio.to_thread(write_private, output, data)
-            click.echo(f"exported {len(lines)} events to {output}", err=True)
+            click.echo(f"exported {len(loaded.events)} events to {output}", err=True)
         return 0
 
     execute(body)
+
+
+def export_data(loaded: LoadedSession) -> bytes:
+    """A loaded session as the export format's bytes (header line, events)."""
+    lines = [raw + b"\n" for raw in loaded.events]
+    header = ExportHeader(
+        format=EXPORT_FORMAT,
+        version=EXPORT_VERSION,
+        meta=loaded.meta,
+        events=len(lines),
+        sha256=hashlib.sha256(b"".join(lines)).hexdigest(),
+        exported_at=now_ms(),
+    )
+    return msgspec.json.encode(header) + b"\n" + b"".join(lines)
 
 
 @attrs.define

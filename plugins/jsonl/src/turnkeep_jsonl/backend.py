@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from turnkeep.backup import BackupReport
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
 from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
 from turnkeep.ids import validate_session_id
@@ -29,6 +30,7 @@ from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep.salvage import IntactLog
 
+from .backup import backup
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
 from .format import SUFFIX_LEN
@@ -219,6 +221,18 @@ class JsonlPersistence:
         """
         session_id = validate_session_id(session_id)
         return await self._run(read_intact, self._impl, session_id)
+
+    # -- backup (turnkeep.backup.SessionBackup) -------------------------------
+
+    async def backup(self, destination: Path) -> BackupReport:
+        """Copy every session, cut at its last flush, into a new store.
+
+        Writers keep going; see `turnkeep_jsonl.backup`.
+
+        Raises:
+            StorageError: the store cannot be read or the copy written.
+        """
+        return await self._run(backup, self._impl, Path(destination))
 
     # -- threads ---------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import attrs
 import msgspec
 
 from turnkeep.backendkit import DamagedSessions, outcome_unknown
+from turnkeep.backup import BackupReport
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     PersistenceError,
@@ -36,6 +37,7 @@ from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep.salvage import IntactLog
 from turnkeep_sqlite import reads, writes
+from turnkeep_sqlite.backup import backup_into, make_target
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
     FileIdentity,
@@ -49,7 +51,12 @@ from turnkeep_sqlite.files import (
 )
 from turnkeep_sqlite.owner import current_identity, live_tokens
 from turnkeep_sqlite.reads import Readers
-from turnkeep_sqlite.schema import connect_reader, connect_writer
+from turnkeep_sqlite.schema import (
+    check_schema_version,
+    connect_reader,
+    connect_writer,
+)
+from turnkeep_sqlite.sqlerrors import storage_error as sql_storage_error
 from turnkeep_sqlite.writer import Tx, Unknown, Writer, WriterStats
 
 __all__ = ["SqlitePersistence"]
@@ -217,6 +224,37 @@ class SqlitePersistence:
         finally:
             live_tokens().discard(self._token)
             await asyncio.to_thread(self._shutdown)
+
+    # -- backup (turnkeep.backup.SessionBackup) -----------------------------
+
+    async def backup(self, destination: Path) -> BackupReport:
+        """Copy the database, one consistent snapshot, into `destination/NAME`.
+
+        Writers keep committing meanwhile; see `turnkeep_sqlite.backup`.
+
+        Raises:
+            StorageError: `destination` exists or cannot be made, or SQLite
+                failed to read or copy the database.
+            UnsupportedFormatError: the schema is newer than this code.
+        """
+        self._check_usable()
+        if not self._opened:
+            await self._write(lambda tx: None)  # open and migrate on the writer first
+        database, path = self._database, self.path
+
+        def run() -> BackupReport:
+            target = make_target(Path(destination), path.name)
+            conn = database.open_reader()
+            try:
+                try:
+                    check_schema_version(conn, path)
+                except sqlite3.Error as exc:
+                    raise sql_storage_error(exc, "reading", path) from exc
+                return backup_into(conn, target)
+            finally:
+                database.close(conn)
+
+        return await asyncio.to_thread(run)
 
     # -- internals ---------------------------------------------------------
 
