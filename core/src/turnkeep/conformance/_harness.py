@@ -69,6 +69,8 @@ class BackendHarness:
         supports_byte_scan: `stored_bytes` is implemented (the delete
             contract then proves that a deleted session's text is nowhere
             in the store).
+        supports_held: the backend has the optional `held` method.
+        supports_owner_death: `kill_owner` is implemented.
     """
 
     supports_reopen: ClassVar[bool] = True
@@ -77,6 +79,8 @@ class BackendHarness:
     supports_committed_damage: ClassVar[bool] = False
     supports_format_aging: ClassVar[bool] = False
     supports_byte_scan: ClassVar[bool] = False
+    supports_held: ClassVar[bool] = False
+    supports_owner_death: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 
@@ -109,6 +113,17 @@ class BackendHarness:
         backend cannot erase even in principle (blocks the file system
         freed, dead database tuples awaiting vacuum) is outside the scan and
         belongs in its documentation.
+        """
+        raise NotImplementedError
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        """Leave `backend`'s holds as its process dying by SIGKILL would.
+
+        Nothing is released the orderly way (no `release`, no `aclose`):
+        what the backend's liveness check sees must be a dead owner (a lock
+        that vanished with its descriptors, an identity registered as gone,
+        a lease that ran out). The instance is not used again except to
+        close it.
         """
         raise NotImplementedError
 
