@@ -151,6 +151,18 @@ class SqlitePersistence:
         with self._damaged.watch(session_id):  # later appends are refused too
             return await self._read(lambda conn: reads.load(conn, session_id))
 
+    async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
+        """Whether a live owner holds each session (see `SessionPersistence`).
+
+        Read from each row's owner record (token and process identity), as
+        a claimant would judge it: a crashed owner's record is not a hold.
+        Nothing is written or locked.
+        """
+        ids = [validate_session_id(i) for i in session_ids]
+        if not ids:
+            return {}
+        return await self._read(lambda conn: reads.held(conn, ids))
+
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""
         if limit <= 0:

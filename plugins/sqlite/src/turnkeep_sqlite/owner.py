@@ -21,6 +21,8 @@ from __future__ import annotations
 import threading
 from typing import Final
 
+import msgspec
+
 from turnkeep.owners import (
     ProcessIdentity,
     current_identity,
@@ -28,7 +30,15 @@ from turnkeep.owners import (
     process_alive,
 )
 
-__all__ = ["ProcessIdentity", "current_identity", "is_alive", "live_tokens"]
+__all__ = [
+    "ProcessIdentity",
+    "current_identity",
+    "holder_alive",
+    "is_alive",
+    "live_tokens",
+]
+
+_identity_decoder: Final = msgspec.json.Decoder(ProcessIdentity)
 
 _live_lock = threading.Lock()
 _live: set[str] = set()
@@ -61,3 +71,18 @@ def is_alive(token: str, owner: ProcessIdentity) -> bool:
     if is_this_process(owner):
         return token in _LIVE
     return process_alive(owner)
+
+
+def holder_alive(token: str | None, info: bytes | None) -> bool:
+    """Whether a session row's recorded owner (`owner_token`, `owner_info`) lives.
+
+    No token: nobody holds the row. An owner record that does not decode
+    counts as alive: a reader never assumes an owner it cannot read is gone.
+    """
+    if token is None:
+        return False
+    try:
+        owner = _identity_decoder.decode(info or b"")
+    except msgspec.DecodeError:
+        return True
+    return is_alive(token, owner)
