@@ -24,6 +24,7 @@ from psycopg import sql
 
 from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
+from turnkeep.persistence import SessionPersistence
 from turnkeep_postgres import PostgresConfig, PostgresPersistence
 
 from .conftest import DSN, schema_shape
@@ -93,6 +94,8 @@ class TestPostgresBackend(PersistenceContract):
     supports_committed_damage = True
     supports_format_aging = True
     supports_byte_scan = True
+    supports_held = True
+    supports_owner_death = True
 
     @pytest.fixture
     def make_backend(self, pg_config: Callable[..., PostgresConfig]) -> MakeBackend:
@@ -108,6 +111,17 @@ class TestPostgresBackend(PersistenceContract):
             sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
         )
         return conn
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        # A dead worker renews nothing: its leases run out (no renewal runs
+        # within a test at this lease length, so ending them now is that).
+        assert isinstance(backend, PostgresPersistence)
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE sessions SET lease_until = now() - interval '1 second' "
+                "WHERE owner = %s",
+                (backend.owner_token,),
+            )
 
     async def tear_tail(self, session_id: str) -> None:
         with self._connect() as victim, self._connect() as killer:
