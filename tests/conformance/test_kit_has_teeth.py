@@ -13,11 +13,12 @@ BROKEN = textwrap.dedent(
 
     from turnkeep.conformance import (
         AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
-        IdsContract,
+        HeldContract, IdsContract,
         ListContract, LoadContract, MetadataContract, OwnershipContract,
         SessionsContract, UnknownOutcomeContract,
     )
     from turnkeep.errors import StorageError
+    from turnkeep.ids import validate_session_id
     from turnkeep.memory import MemoryPersistence, MemoryStorage
     from turnkeep.meta import FORMAT_VERSION
     from turnkeep.persistence import EventRecord, SessionPage
@@ -372,6 +373,62 @@ BROKEN = textwrap.dedent(
         def make_backend(self):
             storage = MemoryStorage()
             return lambda: DropsSummaryUpdates(storage)
+
+
+    class ReportsEveryHolderAlive(MemoryPersistence):
+        """Says every session is held: a crashed owner would look alive."""
+
+        async def held(self, session_ids):
+            return {validate_session_id(i): True for i in session_ids}
+
+
+    class ReportsOtherHoldersDead(MemoryPersistence):
+        """Knows only its own holds: another process's live hold looks dead."""
+
+        async def held(self, session_ids):
+            return {validate_session_id(i): i in self._held for i in session_ids}
+
+
+    class ProbesByTakingOver(MemoryPersistence):
+        """Finds out by taking each session over and letting it go."""
+
+        async def held(self, session_ids):
+            answer = {
+                validate_session_id(i): i in self.storage.owners for i in session_ids
+            }
+            for i in session_ids:
+                if i in self.storage.sessions:
+                    await self.claim(i, steal=True)
+                    await self.release(i)
+            return answer
+
+
+    class HeldHarness(HeldContract):
+        supports_held = True
+        supports_owner_death = True
+        broken = MemoryPersistence
+
+        @pytest.fixture
+        def make_backend(self):
+            self.storage = MemoryStorage()
+            return lambda: self.broken(self.storage)
+
+        async def kill_owner(self, backend):
+            for session_id, owner in list(self.storage.owners.items()):
+                if owner.owner == backend._token:
+                    del self.storage.owners[session_id]
+
+
+    class TestReportsEveryHolderAlive(HeldHarness):
+        broken = ReportsEveryHolderAlive
+
+
+    class TestReportsOtherHoldersDead(HeldHarness):
+        broken = ReportsOtherHoldersDead
+
+
+    class TestProbesByTakingOver(HeldHarness):
+        broken = ProbesByTakingOver
     '''
 )
 
@@ -436,6 +493,23 @@ EXPECTED_FAILURES = {
     },
     "TestDropsSummaryUpdates": {
         "test_summary_changes_land_with_the_flush",
+    },
+    "TestReportsEveryHolderAlive": {
+        "test_released_unknown_and_deleted_sessions_are_not_held",
+        "test_a_closed_owner_holds_nothing",
+        "test_each_id_is_answered_once_in_one_batch",
+        "test_a_takeover_moves_the_hold",
+        "test_a_dead_owner_holds_nothing_and_a_live_one_still_does",
+    },
+    "TestReportsOtherHoldersDead": {
+        "test_a_live_hold_is_seen_by_its_owner_and_by_others",
+        "test_each_id_is_answered_once_in_one_batch",
+        "test_a_takeover_moves_the_hold",
+        "test_a_dead_owner_holds_nothing_and_a_live_one_still_does",
+    },
+    "TestProbesByTakingOver": {
+        "test_a_live_hold_is_seen_by_its_owner_and_by_others",
+        "test_probing_takes_and_disturbs_no_hold",
     },
     "TestKeepsDeletedText": {
         "test_delete_leaves_nothing_of_the_session_in_the_store",

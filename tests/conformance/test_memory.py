@@ -41,6 +41,8 @@ class TestMemoryBackend(PersistenceContract):
     supports_format_aging = True
     supports_byte_scan = True
     supports_lost_acknowledgement = True
+    supports_held = True
+    supports_owner_death = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:
@@ -58,6 +60,14 @@ class TestMemoryBackend(PersistenceContract):
         return msgspec.json.encode(
             {k: (s.meta, s.events) for k, s in self.storage.sessions.items()}
         )
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        # In memory the owner record is the liveness: a dead process's
+        # records vanish, as its `flock`s would.
+        token = backend._token  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+        for session_id, owner in list(self.storage.owners.items()):
+            if owner.owner == token:
+                del self.storage.owners[session_id]
 
     async def stored_bytes(self) -> dict[str, bytes]:
         return {"storage": msgspec.json.encode(self.storage)}

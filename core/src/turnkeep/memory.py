@@ -153,6 +153,11 @@ class MemoryPersistence:
         """Whether the session is stored."""
         return validate_session_id(session_id) in self.storage.sessions
 
+    async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
+        """Which sessions an owner holds (its record is the liveness here)."""
+        ids = [validate_session_id(i) for i in session_ids]
+        return {i: i in self.storage.owners for i in ids}
+
     async def delete(self, session_id: str, *, force: bool = False) -> None:
         """Remove the session and its ownership record (see the protocol)."""
         self._check_open()

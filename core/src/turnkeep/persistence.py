@@ -60,6 +60,15 @@ checks each one; the names in brackets are the kit's):
   never an error that reads as "not written"; a later append of the same
   records settles it (it lands, or `SequenceError` says it had), and a
   `load` holds the flush exactly once or not at all.
+- [held] (optional method `held`, `HoldProbe`) `held(ids)` says, for each
+  id, whether a live owner holds its writer role (this instance or
+  another): true while a `claim` without `steal` would be refused, false
+  once the holder released it, closed, died or was deleted out. An owner
+  whose liveness cannot be checked counts as live. It is read-only: it
+  never takes, renews or breaks a hold, so an owner's claim or append at
+  the same moment is unaffected. It costs one look per id (a record, a
+  lock probe, a lease), never a log read or a walk of the store. A backend
+  without it is "unknown": listings keep its sessions' stored status.
 - [errors] Driver errors are wrapped in `turnkeep.errors` types.
 """
 
@@ -85,10 +94,12 @@ from turnkeep.meta import (
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "FORMAT_VERSION",
+    "OPTIONAL_METHODS",
     "PROTOCOL_METHODS",
     "EventCodec",
     "EventRecord",
     "ForkPoint",
+    "HoldProbe",
     "LoadedSession",
     "SessionHeader",
     "SessionMeta",
@@ -97,6 +108,7 @@ __all__ = [
     "SessionStatus",
     "SessionSummary",
     "delete_session",
+    "probe_held",
     "validate_backend",
 ]
 
@@ -214,6 +226,24 @@ class SessionPersistence(Protocol):
         ...
 
 
+class HoldProbe(Protocol):
+    """The optional method that tells a crashed owner from a live one."""
+
+    async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
+        """Whether a live owner holds each session (see [held]). Read-only.
+
+        Returns:
+            One entry per distinct id given: `True` if a live owner (this
+            instance or another) holds its writer role, or if the holder's
+            liveness cannot be checked; `False` if nobody does (released,
+            closed, dead, deleted, or never stored).
+
+        Raises:
+            InvalidSessionIdError: an id is not storable (nothing was read).
+        """
+        ...
+
+
 PROTOCOL_METHODS: tuple[str, ...] = (
     "create",
     "append",
@@ -226,6 +256,9 @@ PROTOCOL_METHODS: tuple[str, ...] = (
     "release",
     "aclose",
 )
+
+OPTIONAL_METHODS: tuple[str, ...] = ("held",)
+"""Methods a backend may lack (older backends); if present, they are async."""
 
 
 def validate_backend(backend: object, *, name: str = "backend") -> SessionPersistence:
@@ -244,6 +277,10 @@ def validate_backend(backend: object, *, name: str = "backend") -> SessionPersis
         if fn is None:
             problems.append(f"missing {method}()")
         elif not inspect.iscoroutinefunction(fn):
+            problems.append(f"{method}() is not async")
+    for method in OPTIONAL_METHODS:
+        fn = getattr(backend, method, None)
+        if fn is not None and not inspect.iscoroutinefunction(fn):
             problems.append(f"{method}() is not async")
     if problems:
         raise ConfigurationError(
@@ -286,3 +323,23 @@ def _takes_force(delete: object) -> bool:
     return "force" in parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
     )
+
+
+async def probe_held(
+    backend: SessionPersistence, session_ids: Sequence[str]
+) -> dict[str, bool] | None:
+    """`backend.held(session_ids)`, or `None` for a backend without `held`.
+
+    `None` means unknown: a backend written before `held` existed cannot
+    tell a crashed owner from a live one, so callers keep what its
+    summaries say. No call is made for an empty `session_ids`.
+
+    Raises:
+        InvalidSessionIdError: as `held`.
+    """
+    probe = getattr(backend, "held", None)
+    if probe is None:
+        return None
+    if not session_ids:
+        return {}
+    return await cast("HoldProbe", backend).held(session_ids)

@@ -32,6 +32,7 @@ from turnkeep.errors import (
 )
 from turnkeep.events import SessionEvent
 from turnkeep.ids import new_session_id, validate_session_id
+from turnkeep.listing import list_sessions
 from turnkeep.meta import (
     FORMAT_VERSION,
     ForkPoint,
@@ -39,6 +40,7 @@ from turnkeep.meta import (
     SessionMeta,
     SessionSummary,
 )
+from turnkeep.persistence import SessionPage
 from turnkeep.session import Session, SessionHooks, SessionOrigin
 
 __all__ = ["CloseOutcome", "CloseReport", "SessionStore"]
@@ -158,6 +160,23 @@ class SessionStore:
     def list(self) -> list[Session]:
         """Return the live sessions, in creation order."""
         return list(self._live.values())
+
+    async def stored(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        """Return one page of the stored sessions, newest first (summaries only).
+
+        A session whose summary says a turn is running (`active`) but that
+        no live owner holds (its process crashed mid-turn) is listed
+        `interrupted`; only the page's `active` sessions are probed, in one
+        batch. Pass `next_cursor` back as `cursor` for the next page.
+
+        Raises:
+            PersistenceNotConfiguredError: no backend is active.
+            InvalidCursorError: `cursor` is not one `stored` returned.
+        """
+        backend = self._hooks.require_persistence()
+        return await list_sessions(backend, limit=limit, cursor=cursor)
 
     def fork(self, source_id: str, at_seq: int, new_id: str | None = None) -> Session:
         """Start a new session from the first `at_seq` events of a live one.

@@ -54,11 +54,20 @@ class TestJsonlBackend(PersistenceContract):
     supports_format_aging = True
     supports_byte_scan = True
     supports_lost_acknowledgement = True
+    supports_held = True
+    supports_owner_death = True
 
     @pytest.fixture
     def make_backend(self, tmp_path: Path) -> MakeBackend:
         self.root = tmp_path / "store"
         return lambda: JsonlPersistence(self.root, ops=LosesNextSync())
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        # What SIGKILL leaves: the descriptors close (the `flock`s go with
+        # them), and the lock files keep their records, naming a holder
+        # that holds nothing (the forked-child path closes exactly so).
+        assert isinstance(backend, JsonlPersistence)
+        backend._impl.forget_after_fork()  # pyright: ignore[reportPrivateUsage]
 
     def log_path(self, session_id: str) -> Path:
         (found,) = self.root.glob(f"g-*/{session_name(session_id)}{LOG_SUFFIX}")

@@ -99,6 +99,8 @@ class TestPostgresBackend(PersistenceContract):
     supports_format_aging = True
     supports_byte_scan = True
     supports_lost_acknowledgement = True
+    supports_held = True
+    supports_owner_death = True
 
     @pytest.fixture
     def make_backend(self, pg_config: Callable[..., PostgresConfig]) -> MakeBackend:
@@ -114,6 +116,17 @@ class TestPostgresBackend(PersistenceContract):
             sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
         )
         return conn
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        # A dead worker renews nothing: its leases run out (no renewal runs
+        # within a test at this lease length, so ending them now is that).
+        assert isinstance(backend, PostgresPersistence)
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE sessions SET lease_until = now() - interval '1 second' "
+                "WHERE owner = %s",
+                (backend.owner_token,),
+            )
 
     async def tear_tail(self, session_id: str) -> None:
         with self._connect() as victim, self._connect() as killer:

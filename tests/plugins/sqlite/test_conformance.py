@@ -14,6 +14,7 @@ from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
 from turnkeep.persistence import SessionPersistence
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
+from turnkeep_sqlite.owner import live_tokens
 
 from .test_backend import LosesCommitReply
 
@@ -26,6 +27,8 @@ class TestSqliteBackend(PersistenceContract):
     supports_format_aging = True
     supports_byte_scan = True
     supports_lost_acknowledgement = True
+    supports_held = True
+    supports_owner_death = True
 
     @pytest.fixture
     def make_backend(self, tmp_path: Path) -> MakeBackend:
@@ -34,6 +37,12 @@ class TestSqliteBackend(PersistenceContract):
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, isolation_level=None, timeout=10)
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        # What its process's death leaves: rows naming a token no live
+        # instance has (the identity is this process's, which still runs).
+        token = backend._token  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+        live_tokens().discard(token)  # pyright: ignore[reportUnknownArgumentType]
 
     async def tear_tail(self, session_id: str) -> None:
         # A crash mid-commit leaves WAL frames without a valid commit frame

@@ -2,14 +2,16 @@
 
 A service calls `recover_interrupted(host)` when it starts (and on a
 timer). It looks at the stored sessions whose summary says a turn is
-running (`status == "active"`), reads each log without taking it, and for
-a log that ends inside a turn takes the session over the safe way: it asks
-for the writer role without stealing it, so a session whose owner is alive
-is refused and left alone. It then recovers exactly as `AgentLoop.resume`
-does — every unsafe call without a result is recorded as *interrupted,
-outcome unknown* and never run again; a safe call is run again only when
-its tool is passed in — closes the turn as interrupted, and releases the
-session, which stays resumable.
+running (`status == "active"`), page by page; those a live owner holds
+(`turnkeep.listing.active_holds`, one batch per page) are left alone
+unread. It reads each other log without taking it, and for a log that ends
+inside a turn takes the session over the safe way: it asks for the writer
+role without stealing it, so an owner that came back meanwhile (or that a
+backend without `held` cannot see) is refused and left alone. It then
+recovers exactly as `AgentLoop.resume` does — every unsafe call without a
+result is recorded as *interrupted, outcome unknown* and never run again;
+a safe call is run again only when its tool is passed in — closes the turn
+as interrupted, and releases the session, which stays resumable.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from turnkeep.errors import (
     TurnkeepError,
 )
 from turnkeep.host import Host
+from turnkeep.listing import active_holds
 
 __all__ = ["SWEEP_AGENT_ID", "SweepAction", "SweepResult", "recover_interrupted"]
 
@@ -39,6 +42,8 @@ SWEEP_AGENT_ID: Final = "turnkeep-recovery"
 SweepAction: TypeAlias = Literal["recovered", "clean", "held", "failed"]
 """What the sweep did with a session: settled a cut-off turn; found it ended
 cleanly (only read); left it alone because its owner is alive; could not."""
+
+_HELD: Final = "a live owner holds it (its turn is still running)"
 
 
 @attrs.frozen
@@ -93,13 +98,18 @@ async def recover_interrupted(
     """
     backend = host.require_persistence()
     tools = list(tools)
+    results: list[SweepResult] = []
     if session_ids is None:
-        candidates = [
-            i async for i in _running_turns(host, page_size) if not _live(host, i)
-        ]
+        candidates: list[str] = []
+        async for session_id, held in _running_turns(host, page_size):
+            if _live(host, session_id):
+                continue
+            if held:
+                results.append(SweepResult(session_id, "held", error=_HELD))
+            else:
+                candidates.append(session_id)
     else:
         candidates = [i for i in session_ids if not _live(host, i)]
-    results: list[SweepResult] = []
     for session_id in candidates:
         try:
             loaded = await backend.load(session_id)
@@ -134,14 +144,16 @@ async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResul
     return SweepResult(session_id, "recovered", report=report)
 
 
-async def _running_turns(host: Host, page_size: int) -> AsyncIterator[str]:
+async def _running_turns(host: Host, page_size: int) -> AsyncIterator[tuple[str, bool]]:
+    """Each stored `active` session, and whether a live owner is known to hold it."""
     backend = host.require_persistence()
     cursor: str | None = None
     while True:
         page = await backend.list(limit=page_size, cursor=cursor)
+        holds = await active_holds(backend, page.items) or {}
         for meta in page.items:
             if meta.summary.status == "active":
-                yield meta.id
+                yield meta.id, holds.get(meta.id, False)
         if page.next_cursor is None:
             return
         cursor = page.next_cursor

@@ -1,6 +1,9 @@
 """Listing and managing stored sessions: `ls`, `title`, `rm`, `fork`.
 
-`ls` reads summaries only (the backend's paged `list`), never logs. `title`
+`ls` reads summaries only (the backend's paged `list`), never logs; a
+session whose summary says a turn is running but that no live process
+holds (it crashed mid-turn) is shown `interrupted` (`turnkeep.listing`:
+one liveness probe per page, for its running sessions only). `title`
 changes a summary without touching the log. `rm` refuses a session another
 live process holds unless `--force` (which fences that process). `fork`
 copies a stored session's first events into a new session whose header
@@ -32,6 +35,7 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 from turnkeep.ids import new_session_id, validate_session_id
+from turnkeep.listing import list_sessions
 from turnkeep.meta import (
     ForkPoint,
     SessionHeader,
@@ -108,16 +112,19 @@ def ls(limit: int, cursor: str | None, every: bool, as_json: bool) -> None:
     """List stored sessions, newest first (summaries only; logs are not read).
 
     Each row: id, title (or first prompt), last update, completed turns,
-    status, and the size of the stored events.
+    status, and the size of the stored events. A session whose turn was
+    cut off by a crash (no live process holds it) shows as interrupted.
     """
 
     async def body() -> int:
         async with open_store() as store:
             metas: list[SessionMeta] = []
-            page = await store.backend.list(limit=limit, cursor=cursor)
+            page = await list_sessions(store.backend, limit=limit, cursor=cursor)
             metas.extend(page.items)
             while every and page.next_cursor is not None:
-                page = await store.backend.list(limit=limit, cursor=page.next_cursor)
+                page = await list_sessions(
+                    store.backend, limit=limit, cursor=page.next_cursor
+                )
                 metas.extend(page.items)
         if as_json:
             emit_json(

@@ -30,6 +30,7 @@ from turnkeep.cli.transcript import event_line, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
 from turnkeep.ids import validate_session_id
+from turnkeep.listing import with_liveness
 from turnkeep.persistence import LoadedSession, SessionPersistence
 
 __all__ = ["register"]
@@ -67,7 +68,9 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
     """Show a session's transcript: messages, tool calls and their results.
 
     Tool calls whose result was never recorded are marked INTERRUPTED: the
-    session stopped while they ran, and their outcome is unknown.
+    session stopped while they ran, and their outcome is unknown. A session
+    whose turn is still open but that no live process holds shows status
+    interrupted.
     """
     if raw + messages + as_json > 1:
         raise click.UsageError("choose one of --events, --messages and --json")
@@ -75,6 +78,9 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
     async def body() -> int:
         async with open_store() as store, about(session_id):
             loaded = await store.backend.load(validate_session_id(session_id))
+            # A turn its crashed process left running shows as interrupted.
+            (meta,) = await with_liveness(store.backend, [loaded.meta])
+            loaded = msgspec.structs.replace(loaded, meta=meta)
             codec = store.host.codec
             if raw:
                 for event in loaded.events:

@@ -29,6 +29,7 @@ from ._append import AppendContract
 from ._damage import CrashTailContract, FormatVersionContract
 from ._delete import DeleteContract
 from ._harness import BackendHarness, MakeBackend
+from ._held import HeldContract
 from ._ids import HOSTILE_IDS, IdsContract
 from ._listing import ListContract
 from ._load import LoadContract
@@ -44,6 +45,7 @@ __all__ = [
     "CrashTailContract",
     "DeleteContract",
     "FormatVersionContract",
+    "HeldContract",
     "IdsContract",
     "ListContract",
     "LoadContract",
@@ -68,5 +70,6 @@ class PersistenceContract(
     FormatVersionContract,
     SessionsContract,
     UnknownOutcomeContract,
+    HeldContract,
 ):
     """Every contract at once."""

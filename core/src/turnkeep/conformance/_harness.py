@@ -71,6 +71,8 @@ class BackendHarness:
             in the store).
         supports_lost_acknowledgement: `lose_next_commit_reply` is
             implemented.
+        supports_held: the backend has the optional `held` method.
+        supports_owner_death: `kill_owner` is implemented.
     """
 
     supports_reopen: ClassVar[bool] = True
@@ -80,6 +82,8 @@ class BackendHarness:
     supports_format_aging: ClassVar[bool] = False
     supports_byte_scan: ClassVar[bool] = False
     supports_lost_acknowledgement: ClassVar[bool] = False
+    supports_held: ClassVar[bool] = False
+    supports_owner_death: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 
@@ -124,6 +128,17 @@ class BackendHarness:
         `lands`, the flush is stored and only the reply is lost; without, it
         is not stored, though the backend had sent it for good (the commit
         was asked for). Either way the backend cannot tell which.
+        """
+        raise NotImplementedError
+
+    async def kill_owner(self, backend: SessionPersistence) -> None:
+        """Leave `backend`'s holds as its process dying by SIGKILL would.
+
+        Nothing is released the orderly way (no `release`, no `aclose`):
+        what the backend's liveness check sees must be a dead owner (a lock
+        that vanished with its descriptors, an identity registered as gone,
+        a lease that ran out). The instance is not used again except to
+        close it.
         """
         raise NotImplementedError
 

@@ -35,7 +35,9 @@ from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
 from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
+from .locks import held as holders
 from .maintenance import inspect_tail, repair
+from .names import session_name
 from .operations import Operations
 from .salvage import read_intact
 from .store import storage_error
@@ -124,6 +126,20 @@ class JsonlPersistence:
         after = decode_cursor(cursor) if cursor is not None else None
         ordered = await self._run(self._impl.ordered)
         return page(ordered, limit=limit, after=after)
+
+    async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
+        """Whether a live owner holds each session (see `SessionPersistence`).
+
+        Read from the owner record in each session's lock file (one small
+        read per id; no `flock` taken, nothing written): a holder killed
+        mid-turn left a record naming a process that no longer runs.
+        """
+        ids = [validate_session_id(i) for i in session_ids]
+        if not ids:
+            return {}
+        stems = {i: session_name(i) for i in ids}
+        found = await self._run(holders, self._impl.store, list(stems.values()))
+        return {i: found[stems[i]] for i in ids}
 
     async def has(self, session_id: str) -> bool:
         """Whether a session is stored (has at least one durable flush)."""

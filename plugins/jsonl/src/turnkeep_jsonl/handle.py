@@ -29,6 +29,7 @@ from turnkeep.meta import SessionMeta, SessionSummary
 
 from .fileops import FileOps
 from .format import MAX_HEADER_BYTES, Header, Sidecar, decode_header, encode_sidecar
+from .locks import drop
 from .names import LOG_SUFFIX, SIDECAR_SUFFIX
 from .scan import ScanResult, ScanState, scan
 from .store import READ_FLAGS, Store, storage_error
@@ -143,7 +144,7 @@ def close(ops: FileOps, handle: Handle) -> None:
         ops.close(handle.fd)
         handle.fd = -1
     if handle.lock_fd >= 0:
-        ops.close(handle.lock_fd)
+        drop(ops, handle.lock_fd)
         handle.lock_fd = -1
 
 

@@ -9,24 +9,51 @@ liveness; safety comes from the epoch and identity checks of the writer.
 Taking a lock re-checks, after `flock` succeeds, that the name still points
 at the locked file: a lock file unlinked or replaced meanwhile is retried, so
 two owners never hold two different files under one name.
+
+The holder writes its process identity (`turnkeep.owners`) into the lock
+file it holds and empties it when it lets go, always through its own
+descriptor (so only ever into its own file, never a successor's). `held`
+reads those records to tell a live holder from a crashed one without
+touching any lock: taking the `flock`, even for a moment, would make a real
+owner's claim at that moment fail. A process killed mid-turn leaves its
+record behind, naming a process that no longer runs; a record naming this
+process counts only while one of its descriptors still holds that file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import stat
+import threading
+from collections.abc import Sequence
 from typing import Final
 
+import msgspec
+
 from turnkeep.errors import SessionLockedError, StorageError
+from turnkeep.owners import (
+    ProcessIdentity,
+    current_identity,
+    is_this_process,
+    process_alive,
+)
 
+from .fileops import FileOps
 from .names import LOCK_SUFFIX, LOCKS_DIR, temp_name
-from .store import NEW_FILE_FLAGS, Store, storage_error
+from .store import NEW_FILE_FLAGS, READ_FLAGS, Store, storage_error
 
-__all__ = ["lock", "unlock"]
+__all__ = ["abandon", "drop", "held", "lock", "unlock"]
 
 _LOCK_FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _ATTEMPTS: Final = 16
+_MAX_RECORD: Final = 4096
+_record_decoder: Final = msgspec.json.Decoder(ProcessIdentity)
+
+_mine_lock = threading.Lock()
+_mine: dict[tuple[int, int], int] = {}
+"""Lock files (device, inode) this process holds, with how many descriptors."""
 
 
 def lock(store: Store, stem: str, *, steal: bool) -> tuple[int, bool]:
@@ -69,6 +96,7 @@ def lock(store: Store, stem: str, *, steal: bool) -> tuple[int, bool]:
                 except FileNotFoundError:
                     continue  # unlinked between our open and our flock: again
                 if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                    _record(ops, fd, st)
                     kept, fd = fd, -1
                     return kept, False
             finally:
@@ -86,12 +114,104 @@ def _replace(store: Store, locks: int, stem: str) -> int:
     try:
         ops.fchmod(fd, 0o600)
         ops.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh inode: free
+        # Recorded before the rename: the name never shows our hold unrecorded.
+        _record(ops, fd, ops.fstat(fd))
         ops.replace(tmp, stem + LOCK_SUFFIX, dir_fd=locks)
     except OSError:
-        ops.close(fd)
+        drop(ops, fd)
         store.discard(locks, tmp)
         raise
     return fd
+
+
+def _record(ops: FileOps, fd: int, st: os.stat_result) -> None:
+    """Write our identity into the lock file `fd` holds; count the hold as ours."""
+    record = msgspec.json.encode(current_identity())
+    ops.pwrite(fd, record, 0)
+    ops.ftruncate(fd, len(record))
+    with _mine_lock:
+        key = (st.st_dev, st.st_ino)
+        _mine[key] = _mine.get(key, 0) + 1
+
+
+def _forget(ops: FileOps, fd: int) -> None:
+    try:
+        st = ops.fstat(fd)
+    except OSError:
+        return
+    with _mine_lock:
+        key = (st.st_dev, st.st_ino)
+        count = _mine.get(key, 0) - 1
+        if count > 0:
+            _mine[key] = count
+        else:
+            _mine.pop(key, None)
+
+
+def drop(ops: FileOps, fd: int) -> None:
+    """Let go of a lock: empty its record (we hold the file), then close it."""
+    # The record is advisory: left behind, it names this process, which
+    # counts only while it holds the file (`held`).
+    with contextlib.suppress(OSError):
+        ops.ftruncate(fd, 0)
+    _forget(ops, fd)
+    ops.close(fd)
+
+
+def abandon(ops: FileOps, fd: int) -> None:
+    """Close a lock descriptor leaving the record (a forked child's copy).
+
+    The parent still holds the file through its own descriptor: its record
+    stays true.
+    """
+    _forget(ops, fd)
+    ops.close(fd)
+
+
+def held(store: Store, stems: Sequence[str]) -> dict[str, bool]:
+    """Whether a live process holds each session's lock, from its record alone.
+
+    Opens each lock file read-only (no `flock`, no write): a missing or
+    empty file is not held; an unreadable record counts as held (an owner
+    it cannot read is never assumed gone).
+
+    Raises:
+        StorageError: the locks directory cannot be read.
+    """
+    try:
+        locks = store.subdir(LOCKS_DIR, create=False)
+    except OSError as exc:
+        raise storage_error("cannot open the locks directory", exc) from exc
+    if locks is None:
+        return dict.fromkeys(stems, False)
+    return {stem: _held(store.ops, locks, stem) for stem in stems}
+
+
+def _held(ops: FileOps, locks: int, stem: str) -> bool:
+    name = stem + LOCK_SUFFIX
+    try:
+        fd = ops.open(name, READ_FLAGS | os.O_NONBLOCK, 0, dir_fd=locks)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise storage_error(f"cannot read the lock file {name}", exc) from exc
+    try:
+        st = ops.fstat(fd)
+        raw = ops.pread(fd, _MAX_RECORD, 0) if stat.S_ISREG(st.st_mode) else b"?"
+    except OSError as exc:
+        raise storage_error(f"cannot read the lock file {name}", exc) from exc
+    finally:
+        ops.close(fd)
+    if not raw:
+        return False
+    try:
+        owner = _record_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return True
+    if is_this_process(owner):
+        with _mine_lock:
+            return (st.st_dev, st.st_ino) in _mine
+    return process_alive(owner)
 
 
 def unlock(store: Store, lock_fd: int, stem: str, *, remove: bool) -> None:
@@ -112,4 +232,4 @@ def unlock(store: Store, lock_fd: int, stem: str, *, remove: bool) -> None:
     except OSError:
         pass  # the lock file is only a rendezvous point; a leftover is harmless
     finally:
-        ops.close(lock_fd)
+        drop(ops, lock_fd)

@@ -42,7 +42,7 @@ from .fileops import FileOps
 from .format import all_storable, bad_event_reason
 from .handle import Handle, Pending, close, poison, write_sidecar
 from .listing import Run, run_of
-from .locks import lock, unlock
+from .locks import abandon, lock, unlock
 from .store import Store, storage_error
 from .summary import session_header
 from .unheld import Unheld
@@ -302,11 +302,12 @@ class Operations:
     def forget_after_fork(self) -> None:
         """In a forked child: close inherited descriptors, forget everything."""
         for handle in self._held.values():
-            for fd in (handle.fd, handle.lock_fd):
-                if fd >= 0:
-                    self.ops.close(fd)
+            if handle.fd >= 0:
+                self.ops.close(handle.fd)
+            if handle.lock_fd >= 0:
+                abandon(self.ops, handle.lock_fd)  # the parent's record stays
         for item in self._pending.values():
-            self.ops.close(item.lock_fd)
+            abandon(self.ops, item.lock_fd)
         self._held.clear()
         self._pending.clear()
         self.damaged = DamagedSessions()

@@ -212,6 +212,20 @@ class PostgresPersistence:
             "listing sessions", lambda conn, q: reads.list_page(conn, q, limit, cursor)
         )
 
+    async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
+        """Whether a live owner holds each session (see `SessionPersistence`).
+
+        Live means a lease that has not run out (server clock): a worker
+        that died is seen as gone at most `lease_ms` after its last renewal.
+        One read, no lock taken, no lease touched.
+        """
+        ids = list(dict.fromkeys(validate_session_id(i) for i in session_ids))
+        if not ids:
+            return {}
+        return await self._read(
+            "probing session holders", lambda conn, q: reads.held(conn, q, ids)
+        )
+
     async def has(self, session_id: str) -> bool:
         """Whether the session is stored (has at least one durable flush)."""
         session_id = validate_session_id(session_id)

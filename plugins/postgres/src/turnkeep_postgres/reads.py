@@ -1,6 +1,7 @@
-"""The read operations: `load`, `list`, `has`, and the `list` cursor.
+"""The read operations: `load`, `list`, `has`, `held`, and the `list` cursor.
 
 Reads take no lock and run on any pooled connection, outside the writer.
+`held` reads only the owner and lease columns of the rows asked about.
 `load` reads the session row, then its events up to the row's `next_seq`
 (rows a concurrent flush adds later are not asked for), and checks they are
 exactly `0 .. next_seq-1`: a missing or oversized row is damage inside
@@ -33,7 +34,7 @@ from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep_postgres import turnends
 from turnkeep_postgres.statements import Queries
 
-__all__ = ["decode_cursor", "encode_cursor", "has", "list_page", "load"]
+__all__ = ["decode_cursor", "encode_cursor", "has", "held", "list_page", "load"]
 
 _CURSOR_TAG: Final = "pg1"
 _cursor_encoder: Final = msgspec.json.Encoder()
@@ -199,3 +200,12 @@ async def has(conn: AsyncConnection[Any], queries: Queries, session_id: str) -> 
     """Whether a session is stored (has at least one durable flush)."""
     cur = await conn.execute(queries.has, {"id": session_id})
     return await cur.fetchone() is not None
+
+
+async def held(
+    conn: AsyncConnection[Any], queries: Queries, session_ids: list[str]
+) -> dict[str, bool]:
+    """Which sessions an owner holds on a lease that has not run out (one query)."""
+    cur = await conn.execute(queries.held, {"ids": session_ids})
+    live = {row[0] for row in await cur.fetchall()}
+    return {i: i in live for i in session_ids}

@@ -81,6 +81,7 @@ class Queries:
     update: bytes
     delete: bytes
     has: bytes
+    held: bytes
     load_meta: bytes
     load_events: bytes
     list_first: bytes
@@ -266,6 +267,12 @@ def _texts() -> dict[str, LiteralString]:
             " AND (%(force)s OR {free}) RETURNING 1"
         ),
         "has": "SELECT 1 FROM {sessions} WHERE id = %(id)s AND next_seq > 0",
+        # A live hold is one nobody could take without `steal` (not {free}
+        # for anyone else): an owner whose lease has not run out.
+        "held": (
+            "SELECT id FROM {sessions} WHERE id = ANY(%(ids)s)"
+            " AND owner IS NOT NULL AND lease_until >= now()"
+        ),
         "load_meta": (
             "SELECT {meta} FROM {sessions} AS s WHERE s.id = %(id)s AND s.next_seq > 0"
         ),

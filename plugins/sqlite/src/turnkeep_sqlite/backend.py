@@ -164,6 +164,18 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         return await self._read(lambda conn: reads.intact(conn, session_id))
 
+    async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
+        """Whether a live owner holds each session (see `SessionPersistence`).
+
+        Read from each row's owner record (token and process identity), as
+        a claimant would judge it: a crashed owner's record is not a hold.
+        Nothing is written or locked.
+        """
+        ids = [validate_session_id(i) for i in session_ids]
+        if not ids:
+            return {}
+        return await self._read(lambda conn: reads.held(conn, ids))
+
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""
         if limit <= 0:

@@ -18,7 +18,7 @@ import gc
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any, Final, TypeVar
@@ -43,10 +43,14 @@ from turnkeep.meta import (
 from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep.salvage import Damage, IntactLog
 from turnkeep_sqlite.config import SqliteConfig
+from turnkeep_sqlite.owner import holder_alive
 from turnkeep_sqlite.schema import check_schema_version, retry_busy
 from turnkeep_sqlite.sqlerrors import is_corrupt, primary_code, storage_error
 
-__all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "intact", "list_page", "load"]
+__all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "held", "intact", "list_page", "load"]
+
+_HELD_BATCH: Final = 500
+"""Ids per `held` query: well under SQLite's limit on bound parameters."""
 
 T = TypeVar("T")
 
@@ -172,6 +176,27 @@ def has(conn: sqlite3.Connection, session_id: str) -> bool:
         ).fetchone()
         is not None
     )
+
+
+def held(conn: sqlite3.Connection, session_ids: Sequence[str]) -> dict[str, bool]:
+    """Whether a live owner holds each session: its row's owner record alone.
+
+    One indexed lookup per id (by the unique `id`), in batches; the logs are
+    not read and nothing is written.
+    """
+    ids = list(dict.fromkeys(session_ids))
+    found: dict[str, bool] = {}
+    for start in range(0, len(ids), _HELD_BATCH):
+        batch = ids[start : start + _HELD_BATCH]
+        marks = ", ".join("?" * len(batch))
+        rows = conn.execute(
+            "SELECT id, owner_token, owner_info FROM sessions "  # noqa: S608 - only "?" marks are interpolated
+            f"WHERE id IN ({marks})",
+            batch,
+        )
+        for session_id, token, info in rows:
+            found[session_id] = holder_alive(token, info)
+    return {i: found.get(i, False) for i in ids}
 
 
 def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
