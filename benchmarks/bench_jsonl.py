@@ -11,7 +11,9 @@ see the same machine state:
    <= 1.1), and bytes on disk / event payload bytes (goal <= 1.2).
 2. Load of a 100k-event session (`load` + core's `EventCodec.decode_log`)
    vs reading the same file and `msgspec.json.Decoder().decode_lines` on it
-   (goal <= 1.2).
+   (goal <= 1.2); a resume of it (`claim` + `load` + decode; goal <= 1.3x
+   the load); and the same for the same events written as one flush
+   (grouping should not matter).
 3. List 5,000 sessions with titles from a fresh backend instance vs a raw
    scan that opens each session file and decodes its first line (goal <=
    0.3).
@@ -32,6 +34,7 @@ import time
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -188,27 +191,40 @@ def durable_turn() -> None:
 # -- 2. load -------------------------------------------------------------------
 
 
-async def _populate_big(root: Path, size: int) -> None:
+async def _populate_big(root: Path, size: int, *, one_flush: bool = False) -> None:
     backend = JsonlPersistence(root, ops=NoSyncOps())
     await backend.create(meta("big"))
     workload = Workload(seed=11)
     codec = EventCodec()
     written = 0
+    everything: list[Any] = []
     for events in workload.session(size // K + 1):
         batch = records(events, codec)[: size - written]  # type: ignore[arg-type]
         if not batch:
             break
-        await backend.append("big", batch)
+        if one_flush:
+            everything += batch
+        else:
+            await backend.append("big", batch)
         written += len(batch)
+    if one_flush:
+        await backend.append("big", everything)
     await backend.aclose()
 
 
-def load(size: int = LOAD_EVENTS, reps: int = LOAD_REPS) -> dict[str, float]:
-    """Median seconds to load and decode a `size`-event session, and raw's."""
+def load(
+    size: int = LOAD_EVENTS, reps: int = LOAD_REPS, *, one_flush: bool = False
+) -> dict[str, float]:
+    """Median seconds to load and decode a `size`-event session, and raw's.
+
+    Also a resume (`claim` + `load` + decode, as `SessionStore.resume` does
+    it; the release after it is not timed). `one_flush`: the session is
+    written as one flush instead of one per turn.
+    """
     codec = EventCodec()
     decoder = msgspec.json.Decoder()
     with scratch() as root:
-        asyncio.run(_populate_big(root / "store", size))
+        asyncio.run(_populate_big(root / "store", size, one_flush=one_flush))
         (log,) = (root / "store").glob("g-*/*.jsonl")
 
         def raw() -> int:
@@ -218,10 +234,16 @@ def load(size: int = LOAD_EVENTS, reps: int = LOAD_REPS) -> dict[str, float]:
             loaded = await backend.load("big")
             return len(codec.decode_log(loaded.events, session_id="big"))
 
+        async def resume() -> int:
+            await backend.claim("big")
+            loaded = await backend.load("big")
+            return len(codec.decode_log(loaded.events, session_id="big"))
+
         backend = JsonlPersistence(root / "store")
         loop = asyncio.new_event_loop()
         raw_t: list[float] = []
         tk_t: list[float] = []
+        resume_t: list[float] = []
         n = 0
         for _ in range(reps):
             gc.collect()
@@ -232,6 +254,11 @@ def load(size: int = LOAD_EVENTS, reps: int = LOAD_REPS) -> dict[str, float]:
             t = time.perf_counter()
             n = loop.run_until_complete(ours())
             tk_t.append(time.perf_counter() - t)
+            gc.collect()
+            t = time.perf_counter()
+            loop.run_until_complete(resume())
+            resume_t.append(time.perf_counter() - t)
+            loop.run_until_complete(backend.release("big"))
         loop.run_until_complete(backend.aclose())
         loop.close()
         file_size = log.stat().st_size
@@ -239,11 +266,12 @@ def load(size: int = LOAD_EVENTS, reps: int = LOAD_REPS) -> dict[str, float]:
         "events": n,
         "file_bytes": file_size,
         "turnkeep_s": statistics.median(tk_t),
+        "resume_s": statistics.median(resume_t),
         "raw_s": statistics.median(raw_t),
     }
 
 
-def print_load(result: dict[str, float]) -> None:
+def print_load(result: dict[str, float], one: dict[str, float] | None = None) -> None:
     r, k = result["raw_s"], result["turnkeep_s"]
     print(
         f"2. load of a {result['events']:,.0f}-event session "
@@ -252,6 +280,24 @@ def print_load(result: dict[str, float]) -> None:
     print(f"   raw read + msgspec decode_lines : {r * 1e3:8.1f} ms (median)")
     print(f"   turnkeep load + decode_log      : {k * 1e3:8.1f} ms (median)")
     print(f"   ratio                           : {k / r:8.3f}   (goal <= 1.2)")
+    if "resume_s" in result:
+        resume = result["resume_s"]
+        print(f"   resume (claim + load + decode)  : {resume * 1e3:8.1f} ms")
+        print(f"   resume / load                   : {resume / k:8.3f}   (goal <= 1.3)")
+    if one is not None:
+        r1, k1 = one["raw_s"], one["turnkeep_s"]
+        print("   the same events written as one flush:")
+        print(f"   raw read + msgspec decode_lines : {r1 * 1e3:8.1f} ms")
+        print(f"   turnkeep load + decode_log      : {k1 * 1e3:8.1f} ms")
+        print(f"   ratio to raw                    : {k1 / r1:8.3f}   (goal <= 1.2)")
+        print(
+            f"   resume / load                   : {one['resume_s'] / k1:8.3f}   "
+            "(goal <= 1.3)"
+        )
+        print(
+            f"   one flush / per turn (load)     : {k1 / k:8.3f}   "
+            "(grouping should not matter: 1.0)"
+        )
 
 
 # -- 3. list -------------------------------------------------------------------
@@ -338,7 +384,7 @@ def listing() -> None:
 
 def main() -> None:
     durable_turn()
-    print_load(load())
+    print_load(load(), load(one_flush=True))
     listing()
 
 

@@ -137,7 +137,9 @@ class SessionStore:
         _check_seed(events)
         if meta is None:
             header = SessionHeader(id=session_id, created_at=self.clock(), cwd=_cwd())
-            summary = SessionSummary(updated_at=header.created_at)
+            # No turn is running yet: the agent loop marks a turn "active"
+            # while it runs, so a crash inside one lists as interrupted.
+            summary = SessionSummary(updated_at=header.created_at, status="idle")
         else:
             header, summary = meta.header, meta.summary
         return self._install(

@@ -25,7 +25,7 @@ from turnkeep.errors import (
 from turnkeep.meta import SessionSummary
 
 from .fileops import write_all
-from .format import Owner, encode_owner
+from .format import Owner, Sidecar, encode_owner
 from .handle import (
     BOOT,
     HOST,
@@ -49,12 +49,19 @@ _REWRITE_ROUNDS: Final = 8
 
 
 def open_stored(
-    store: Store, session_id: str, stem: str, lock_fd: int, *, max_line: int
-) -> tuple[Handle, ScanResult]:
+    store: Store,
+    session_id: str,
+    stem: str,
+    lock_fd: int,
+    *,
+    max_line: int,
+    collect: bool = False,
+) -> tuple[Handle, ScanResult, Sidecar | None]:
     """Open and validate a stored session's log (no write yet).
 
-    Returns a handle that holds no epoch yet, and what the scan found;
-    `take_epoch` finishes the claim once the catalog knows it is open.
+    Returns a handle that holds no epoch yet, what the scan found (with the
+    events when `collect`) and the sidecar; `take_epoch` finishes the claim
+    once the catalog knows it is open.
 
     Raises:
         SessionNotFoundError: there is no such log.
@@ -76,7 +83,12 @@ def open_stored(
     try:
         st = ops.fstat(fd)
         result = scan_log(
-            ops, fd, st.st_size, session_id=session_id, collect=False, max_line=max_line
+            ops,
+            fd,
+            st.st_size,
+            session_id=session_id,
+            collect=collect,
+            max_line=max_line,
         )
         sidecar = read_sidecar(ops, gfd, stem, result.header)
         check_watermark(result, sidecar)
@@ -99,13 +111,18 @@ def open_stored(
         dev=st.st_dev,
         ino=st.st_ino,
     )
-    return handle, result
+    return handle, result, sidecar
 
 
 def take_epoch(
     store: Store, handle: Handle, result: ScanResult, *, stolen: bool, max_line: int
-) -> None:
+) -> ScanResult:
     """Cut the tail and open a new owner epoch (in place, or in a new file).
+
+    Returns:
+        The scan the new epoch follows: `result`, or a later scan when the
+        old owner kept writing while the log was copied (which holds no
+        events).
 
     Raises:
         StorageError: a step failed; the handle is closed.
@@ -113,10 +130,11 @@ def take_epoch(
     """
     try:
         if stolen or _maybe_alive(handle, result):
-            _rewrite(store, handle, result, max_line)
+            result = _rewrite(store, handle, result, max_line)
         else:
             _in_place(store, handle, result)
         handle.track(store.ops)
+        return result
     except OSError as exc:
         close(store.ops, handle)
         raise storage_error("cannot claim the session", exc) from exc
@@ -206,7 +224,9 @@ def _in_place(store: Store, handle: Handle, result: ScanResult) -> None:
     handle.end = result.end + len(line)
 
 
-def _rewrite(store: Store, handle: Handle, result: ScanResult, max_line: int) -> None:
+def _rewrite(
+    store: Store, handle: Handle, result: ScanResult, max_line: int
+) -> ScanResult:
     """Copy the valid log into a new file opening our epoch; rename it in.
 
     A write the old owner made while we copied shows as growth of the old
@@ -263,6 +283,7 @@ def _rewrite(store: Store, handle: Handle, result: ScanResult, max_line: int) ->
     handle.fd = new
     handle.state = result.state
     handle.end = result.end + len(line)
+    return result
 
 
 def quarantine(store: Store, stem: str, fd: int, start: int, end: int) -> None:

@@ -26,6 +26,7 @@ from turnkeep.errors import (
     TurnkeepError,
 )
 from turnkeep.meta import SessionMeta, SessionSummary
+from turnkeep.persistence import LoadedSession
 
 from .fileops import FileOps
 from .format import MAX_HEADER_BYTES, Header, Sidecar, decode_header, encode_sidecar
@@ -104,6 +105,9 @@ class Handle:
     dev: int = 0
     ino: int = 0
     failure: TurnkeepError | None = None
+    preloaded: LoadedSession | None = None
+    """What `claim` verified, for the `load` of a resume that follows it
+    (see `Operations.load`); dropped by the first write."""
 
     def current_summary(self) -> SessionSummary:
         """The summary with the log's numbers."""

@@ -43,9 +43,10 @@ from .format import all_storable, bad_event_reason
 from .handle import Handle, Pending, close, poison, write_sidecar
 from .listing import Run, run_of
 from .locks import abandon, lock, unlock
+from .names import LOG_SUFFIX
 from .store import Store, storage_error
 from .summary import session_header
-from .unheld import Unheld
+from .unheld import Unheld, loaded_session
 from .writer import append, finish_creation, materialise, release, settle
 
 __all__ = ["Operations"]
@@ -111,7 +112,12 @@ class Operations:
             self._pending[session_id] = Pending(stem=stem, meta=meta, lock_fd=lock_fd)
 
     def claim(self, session_id: str, steal: bool) -> None:
-        """See `JsonlPersistence.claim`."""
+        """See `JsonlPersistence.claim`.
+
+        The scan that validates the log keeps its events on the handle, so
+        that the `load` of a resume, which follows at once, reads nothing
+        again (see `load`).
+        """
         held = self._held.get(session_id)
         if held is not None:
             if self._writable(session_id, held) and held.pid == os.getpid():
@@ -119,16 +125,21 @@ class Operations:
             self._drop(session_id)
         if session_id in self._pending:
             raise SessionNotFoundError(f"session {session_id!r} is not stored yet")
-        self._claim(session_id, steal=steal)
+        self._claim(session_id, steal=steal, keep=True)
 
-    def _claim(self, session_id: str, *, steal: bool) -> Handle:
+    def _claim(self, session_id: str, *, steal: bool, keep: bool = False) -> Handle:
         stem = self.reads.stem(session_id)
         if not self.reads.exists(stem):
             raise SessionNotFoundError(f"no stored session {session_id!r}")
         lock_fd, stolen = lock(self.store, stem, steal=steal)
         try:
-            handle, result = open_stored(
-                self.store, session_id, stem, lock_fd, max_line=self.max_line
+            handle, result, sidecar = open_stored(
+                self.store,
+                session_id,
+                stem,
+                lock_fd,
+                max_line=self.max_line,
+                collect=keep,
             )
         except BaseException:
             unlock(self.store, lock_fd, stem, remove=False)
@@ -141,7 +152,12 @@ class Operations:
         except OSError as exc:
             close(self.ops, handle)
             raise storage_error("cannot update the catalog", exc) from exc
-        take_epoch(self.store, handle, result, stolen=stolen, max_line=self.max_line)
+        final = take_epoch(
+            self.store, handle, result, stolen=stolen, max_line=self.max_line
+        )
+        if keep and final is result:
+            # The new owner line changes none of what `load` reports.
+            handle.preloaded = loaded_session(final, sidecar)
         with self._mu:
             self._held[session_id] = handle
         return handle
@@ -184,6 +200,8 @@ class Operations:
         """See `JsonlPersistence.append`."""
         pending = self._pending.get(session_id)
         handle = self._held.get(session_id)
+        if handle is not None:
+            self._forget_preloaded(handle)
         if pending is None and handle is None:
             handle = self._claim(session_id, steal=False)
         if handle is not None:
@@ -232,6 +250,8 @@ class Operations:
             )
             return
         handle = self._held.get(session_id)
+        if handle is not None:
+            self._forget_preloaded(handle)
         if handle is not None and isinstance(handle.failure, SessionDeletedError):
             _refuse_if_failed(handle)  # deleted under us: say so, write nothing
         if handle is not None and self._writable(session_id, handle):
@@ -262,7 +282,16 @@ class Operations:
     # -- reading ---------------------------------------------------------------
 
     def load(self, session_id: str) -> LoadedSession:
-        """See `JsonlPersistence.load`."""
+        """See `JsonlPersistence.load`.
+
+        The first `load` after this instance claimed the session, with no
+        write in between and the log unchanged, returns what the claim's scan
+        verified instead of reading the log again: a resume (claim, then
+        load) reads and checks the log once.
+        """
+        preloaded = self._take_preloaded(session_id)
+        if preloaded is not None:
+            return preloaded
         try:
             return self.reads.load(session_id)
         except (SessionCorruptError, UnsupportedFormatError) as exc:
@@ -272,6 +301,32 @@ class Operations:
                 # write into a format this code cannot read).
                 self.damaged.record(session_id, exc)
             raise
+
+    def _take_preloaded(self, session_id: str) -> LoadedSession | None:
+        """The claim's verified load, once, if the log is as the claim left it."""
+        with self._mu:
+            handle = self._held.get(session_id)
+            if handle is None or handle.preloaded is None:
+                return None
+            loaded, handle.preloaded = handle.preloaded, None
+        if handle.failure is not None or session_id in self.damaged:
+            return None
+        ops = self.ops
+        try:
+            size = ops.fstat(handle.fd).st_size
+            named = ops.stat(handle.stem + LOG_SUFFIX, dir_fd=handle.gfd)
+        except OSError:
+            return None  # a full load finds out what happened
+        if size != handle.end or (named.st_dev, named.st_ino) != (
+            handle.dev,
+            handle.ino,
+        ):
+            return None  # someone else wrote or replaced it: read it afresh
+        return loaded
+
+    def _forget_preloaded(self, handle: Handle) -> None:
+        with self._mu:
+            handle.preloaded = None
 
     def has(self, session_id: str) -> bool:
         """See `JsonlPersistence.has`."""

@@ -9,8 +9,11 @@ been made durable, so `SessionCorruptError` is raised with their offset.
 
 The common case (an undamaged log) goes through a vectorised path that checks
 each unit with one CRC over its bytes; anything it cannot accept is handed to
-a line-by-line analysis, which is authoritative. Memory stays bounded by the
-chunk size plus the longest acceptable line, whatever the file holds.
+a line-by-line analysis, which is authoritative. A unit larger than a chunk
+is read to its end before it is looked at again (once: re-splitting a growing
+buffer made one huge flush load several times slower than the same events
+flushed per turn). Memory stays bounded by the chunk size plus the longest
+acceptable line, or the largest valid unit, whatever the file holds.
 """
 
 from __future__ import annotations
@@ -236,18 +239,69 @@ def scan(
             break
         if len(buf) - buf.rfind(b"\n") - 1 > max_line:
             break  # an overlong line: the slow path names it
-        chunk = read(got, min(CHUNK, size - got))
-        if not chunk:
+        if used:
+            chunk = read(got, min(CHUNK, size - got))
+            if not chunk:
+                size = got  # the file shrank while we read it
+                break
+            got += len(chunk)
+            buf = buf + chunk if buf else chunk
+            continue
+        # No whole unit in `buf`: read on to the end of one before looking
+        # again. Appending chunk by chunk and re-splitting the growing buffer
+        # made a large flush cost quadratic time (a 100k-event session
+        # written as one flush loaded several times slower than per turn).
+        parts, got, ended = _read_to_unit_end(read, buf, got, size, max_line)
+        if ended:
             size = got  # the file shrank while we read it
-            break
-        got += len(chunk)
-        buf = buf + chunk if buf else chunk
+        buf = b"".join(parts)
+        del parts
     del buf
     if pos >= size:
         return ScanResult(header, events, pos, size, state, None)
     found = events if collect else None
     skip = data_from if data_from is not None else _no_holes
     return _slow(read, pos, size, header, state, found, max_line, skip, tolerate)
+
+
+def _read_to_unit_end(
+    read: Reader, buf: bytes, got: int, size: int, max_line: int
+) -> tuple[list[bytes], int, bool]:
+    """Read chunks after `buf` until they hold a whole control line.
+
+    Also stops at the end of the file and once the last line grows past
+    `max_line` (the slow path names it). `buf` starts at a line start.
+
+    Returns:
+        `buf` and the chunks read (to be joined once), the new read offset,
+        and whether the file ended early (it shrank while being read).
+    """
+    parts = [buf]
+    # A control line starts at `buf`'s start or right after a newline; its
+    # own newline ends it. `mark` is whether one has started.
+    mark = buf.startswith(MARK) or buf.find(_NEEDLE) >= 0
+    edge = buf[-len(_NEEDLE) + 1 :] if buf else b"\n"
+    line = len(buf) - buf.rfind(b"\n") - 1
+    while got < size:
+        chunk = read(got, min(CHUNK, size - got))
+        if not chunk:
+            return parts, got, True
+        got += len(chunk)
+        parts.append(chunk)
+        newline = chunk.rfind(b"\n")
+        if mark and newline >= 0:
+            break  # the control line that started has ended
+        joint = edge + chunk
+        found = joint.find(_NEEDLE)
+        if found >= 0:
+            if joint.find(b"\n", found + 1) >= 0:
+                break
+            mark = True
+        edge = joint[-len(_NEEDLE) + 1 :]
+        line = len(chunk) - newline - 1 if newline >= 0 else line + len(chunk)
+        if line > max_line:
+            break
+    return parts, got, False
 
 
 def _no_holes(offset: int) -> int:

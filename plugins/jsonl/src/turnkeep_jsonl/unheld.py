@@ -47,7 +47,7 @@ from .summary import (
     session_header as core_header,
 )
 
-__all__ = ["Unheld"]
+__all__ = ["Unheld", "loaded_session"]
 
 _LOAD_ATTEMPTS: Final = 3
 
@@ -127,7 +127,7 @@ class Unheld:
                 ) from exc
             finally:
                 ops.close(fd)
-            return _loaded(result, sidecar)
+            return loaded_session(result, sidecar)
         raise SessionNotFoundError(f"no stored session {session_id!r}")
 
     def _moved(self, fd: int, before: os.stat_result, gfd: int, stem: str) -> bool:
@@ -311,7 +311,8 @@ class Unheld:
             ops.close(fd)
 
 
-def _loaded(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
+def loaded_session(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
+    """What `load` returns for a verified scan (events collected) and sidecar."""
     state = result.state
     numbers = Numbers(state.seq, state.time, state.turns, state.size, state.released)
     summary = merge_summary(sidecar, numbers)

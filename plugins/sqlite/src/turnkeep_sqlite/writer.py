@@ -14,10 +14,12 @@ Operations may change the backend's in-memory ownership state as they run;
 they register an undo for each change, which runs if the operation fails or
 the whole group rolls back, so memory never claims what the database does not.
 
-Hand-offs are batched both ways, because thread wake-ups, not SQL, are what
-a flush costs beyond its fsync: operations submitted during one event-loop
-iteration reach the thread together, and one group's outcomes go back to
-each event loop in one callback.
+The hop to the thread and back is as cheap as a thread hop gets (measured
+in `benchmarks/bench_hop.py`): an operation goes straight into the thread's
+queue (a C-level `SimpleQueue`, no extra event-loop iteration, no Python
+`Condition`); everything queued while a commit runs, such as the flushes of
+one loop iteration, forms the next group; one group's outcomes go back to
+each event loop in one `call_soon_threadsafe` callback.
 
 An I/O-class error while writing, or any failed `COMMIT`, *poisons* the writer
 (R6): it closes its connection and every later write raises `StorageError`;
@@ -30,8 +32,8 @@ unknown: each gets the error its `unknown` builds (an append's
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import queue
 import sqlite3
 import threading
 import time
@@ -110,18 +112,14 @@ class Writer:
     busy_timeout_s: float
     max_group: int
     stats: WriterStats = attrs.field(init=False, factory=WriterStats)
-    _queue: collections.deque[_Job[Any]] = attrs.field(
-        init=False, factory=collections.deque[_Job[Any]]
+    _inbox: queue.SimpleQueue[_Job[Any] | None] = attrs.field(
+        init=False, factory=queue.SimpleQueue[_Job[Any] | None]
     )
-    _cond: threading.Condition = attrs.field(init=False, factory=threading.Condition)
+    _gate: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _conn: sqlite3.Connection | None = attrs.field(init=False, default=None)
     _closing: bool = attrs.field(init=False, default=False)
     _poison: StorageError | None = attrs.field(init=False, default=None)
-    _staged: dict[asyncio.AbstractEventLoop, list[_Job[Any]]] = attrs.field(
-        init=False, factory=dict[asyncio.AbstractEventLoop, list[_Job[Any]]]
-    )
-    _stage_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _outbox: list[tuple[_Job[Any], bool, Any]] = attrs.field(
         init=False, factory=list[tuple[_Job[Any], bool, Any]]
     )
@@ -131,34 +129,19 @@ class Writer:
     ) -> asyncio.Future[T]:
         """Queue `operation` for a group; the future settles after its commit.
 
-        Call it on the event loop's thread. Operations submitted during one
-        loop iteration are handed to the writer together, at its end. If the
-        group's `COMMIT` fails, the future fails with `unknown(error)` (when
-        given): the operation may have been committed all the same.
+        Call it on the event loop's thread. The operation goes straight to
+        the writer thread; those queued while it commits form its next group.
+        If the group's `COMMIT` fails, the future fails with `unknown(error)`
+        (when given): the operation may have been committed all the same.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        with self._stage_lock:
-            staged = self._staged.get(loop)
-            if staged is None:
-                staged = self._staged[loop] = []
-                loop.call_soon(self._hand_off, loop)
-            staged.append(_Job(operation, future, loop, unknown=unknown))
-        return future
-
-    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._stage_lock:
-            jobs = self._staged.pop(loop, [])
-        with self._cond:
+        with self._gate:
             if self._closing:
-                error = PersistenceError(
-                    f"the SQLite backend for {self.path} is closed"
+                future.set_exception(
+                    PersistenceError(f"the SQLite backend for {self.path} is closed")
                 )
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(error)
-                return
-            self._queue.extend(jobs)
+                return future
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._main,
@@ -168,7 +151,8 @@ class Writer:
                     daemon=True,
                 )
                 self._thread.start()
-            self._cond.notify()
+            self._inbox.put(_Job(operation, future, loop, unknown=unknown))
+        return future
 
     def close(self, *, wait: bool = True) -> None:
         """Finish the queued operations, close the connection, stop the thread.
@@ -176,10 +160,12 @@ class Writer:
         With `wait`, blocks until the thread has stopped: call it off the
         event loop.
         """
-        with self._cond:
-            self._closing = True
+        with self._gate:
             thread = self._thread
-            self._cond.notify()
+            if not self._closing:
+                self._closing = True
+                if thread is not None:
+                    self._inbox.put(None)  # after every queued operation
         if thread is not None:
             if wait and thread is not threading.current_thread():
                 thread.join()
@@ -190,16 +176,23 @@ class Writer:
     # -- the thread ----------------------------------------------------------
 
     def _main(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                if not self._queue:
+        get, get_nowait = self._inbox.get, self._inbox.get_nowait
+        stop = False
+        while not stop:
+            job = get()
+            if job is None:
+                break
+            group = [job]
+            # Everything queued meanwhile joins the group (up to its limit).
+            while len(group) < self.max_group:
+                try:
+                    job = get_nowait()
+                except queue.Empty:
                     break
-                group = [
-                    self._queue.popleft()
-                    for _ in range(min(self.max_group, len(self._queue)))
-                ]
+                if job is None:
+                    stop = True
+                    break
+                group.append(job)
             try:
                 self._run(group)
             except BaseException as exc:  # never leave a caller waiting forever
@@ -209,7 +202,7 @@ class Writer:
                 self._deliver()
             # Do not keep the finished operations (and what their closures
             # hold, such as the backend) alive while waiting for the next ones.
-            del group
+            del group, job
         if self._conn is not None:
             self.closer(self._conn)
             self._conn = None
