@@ -1,15 +1,12 @@
 """Read-only commands work on a store the user cannot write (issue 12 point 13).
 
-`ls`, `show`, `verify` and `export` on a JSONL folder mounted read-only.
-Tests run as root, where `chmod` does not stop writes, so the store is
-bind-mounted read-only in a private mount namespace (`unshare -m`); as
-another user, `chmod -R a-w` does the same. Either way a write fails with
-EROFS/EACCES, so a command that writes (a lock file, a repaired tail, a
-migrated header) fails here.
-
-SQLite is not covered yet: every SQLite read first opens the writer
-connection (to migrate), so it fails with SQLITE_CANTOPEN on a read-only
-folder; see the CLI helper's report for issue 12.
+`ls`, `show`, `verify` and `export` on a JSONL folder, an SQLite folder and
+an SQLite file (in a writable folder) that are read-only. Tests run as
+root, where `chmod` does not stop writes, so the store is bind-mounted
+read-only in a private mount namespace (`unshare -m`; a file can be
+bind-mounted too); as another user, `chmod -R a-w` does the same. Either way
+a write fails with EROFS/EACCES, so a command that writes (a lock file, a
+repaired tail, a migrated header, an SQLite writer connection) fails here.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.cli.conftest import make_store
 from tests.cli.support import SCRIPT, Store, converse
 
 COMMANDS = (
@@ -36,7 +34,7 @@ COMMANDS = (
 
 
 def run_read_only(root: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
-    """`turnkeep ARGS` with `root` (and all below it) read-only."""
+    """`turnkeep ARGS` with `root` (a folder and all below it, or a file) read-only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNKEEP_")}
     command = [str(SCRIPT), *args]
     if os.geteuid() != 0:
@@ -48,9 +46,12 @@ def run_read_only(root: Path, args: list[str]) -> subprocess.CompletedProcess[st
     unshare = shutil.which("unshare")
     assert unshare is not None, "unshare (util-linux) is needed to mount read-only"
     quoted = shlex.quote(str(root))
+    # The probe must fail: creating a file in the folder, or opening the file
+    # for appending (`: >>` writes nothing even where it succeeds).
+    probe = f"touch {quoted}/probe" if root.is_dir() else f": >> {quoted}"
     script = (
         f"mount --bind -o ro {quoted} {quoted} && "
-        f"touch {quoted}/probe 2>/dev/null && exit 99; exec {shlex.join(command)}"
+        f"({probe}) 2>/dev/null && exit 99; exec {shlex.join(command)}"
     )
     done = subprocess.run(
         [unshare, "-m", "--propagation", "private", "sh", "-c", script],
@@ -75,12 +76,57 @@ def test_read_only_commands_on_a_read_only_jsonl_folder(
     assert jsonl_store.digest() == before
 
 
-def test_the_read_only_mount_stops_a_command_that_writes(jsonl_store: Store) -> None:
-    """The harness has teeth: `title` writes, so it fails on the same mount."""
-    asyncio.run(converse(jsonl_store, "s"))
-    before = jsonl_store.digest()
-    done = run_read_only(
-        jsonl_store.path.parent, ["--store", jsonl_store.spec, "title", "s", "new"]
-    )
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_read_only_commands_on_a_read_only_sqlite_folder(
+    sqlite_store: Store, args: list[str]
+) -> None:
+    """The folder holds the file alone (the writer closed: no -wal, no -shm)."""
+    asyncio.run(converse(sqlite_store, "s"))
+    folder = sqlite_store.path.parent
+    assert sorted(p.name for p in folder.iterdir()) == [sqlite_store.path.name]
+    before = sqlite_store.digest()
+    file_bytes = sqlite_store.path.read_bytes()
+    done = run_read_only(folder, ["--store", sqlite_store.spec, *args])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "Traceback" not in done.stderr
+    assert sqlite_store.digest() == before
+    assert sqlite_store.path.read_bytes() == file_bytes
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_read_only_commands_on_a_read_only_sqlite_file(
+    sqlite_store: Store, args: list[str]
+) -> None:
+    """The file is read-only, its folder writable (SQLite may add its -shm)."""
+    asyncio.run(converse(sqlite_store, "s"))
+    before = sqlite_store.digest()
+    file_bytes = sqlite_store.path.read_bytes()
+    done = run_read_only(sqlite_store.path, ["--store", sqlite_store.spec, *args])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "Traceback" not in done.stderr
+    assert sqlite_store.digest() == before
+    assert sqlite_store.path.read_bytes() == file_bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "target"), [("jsonl", "folder"), ("sqlite", "folder"), ("sqlite", "file")]
+)
+def test_the_read_only_mount_stops_a_command_that_writes(
+    tmp_path: Path, name: str, target: str
+) -> None:
+    """The harness has teeth: `title` writes, so it fails on the same mount.
+
+    It fails with a clear message naming the store, not a traceback.
+    """
+    store = make_store(name, tmp_path)
+    asyncio.run(converse(store, "s"))
+    before = store.digest()
+    root = store.path if target == "file" else store.path.parent
+    done = run_read_only(root, ["--store", store.spec, "title", "s", "new"])
     assert done.returncode == 1, done.stderr
-    assert jsonl_store.digest() == before
+    assert "Traceback" not in done.stderr
+    if name == "sqlite":
+        assert str(store.path) in done.stderr
+    assert store.digest() == before
