@@ -1,26 +1,23 @@
 """Read-only commands work on a store the user cannot write (issue 12 point 13).
 
 `ls`, `show`, `verify` and `export` on a JSONL folder, an SQLite folder and
-an SQLite file (in a writable folder) that are read-only. Tests run as
-root, where `chmod` does not stop writes, so the store is bind-mounted
-read-only in a private mount namespace (`unshare -m`; a file can be
-bind-mounted too); as another user, `chmod -R a-w` does the same. Either way
-a write fails with EROFS/EACCES, so a command that writes (a lock file, a
-repaired tail, a migrated header, an SQLite writer connection) fails here.
+an SQLite file (in a writable folder) that are read-only
+(`tests.support.readonly`: a read-only bind mount as root, `chmod`
+otherwise), where a command that writes (a lock file, a repaired tail, a
+migrated header, an SQLite writer connection) fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from tests.cli.conftest import make_store
 from tests.cli.support import SCRIPT, Store, converse
+from tests.support import readonly as read_only
 
 COMMANDS = (
     ["ls"],
@@ -36,31 +33,7 @@ COMMANDS = (
 def run_read_only(root: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     """`turnkeep ARGS` with `root` (a folder and all below it, or a file) read-only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNKEEP_")}
-    command = [str(SCRIPT), *args]
-    if os.geteuid() != 0:
-        subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
-        try:
-            return subprocess.run(command, capture_output=True, text=True, env=env)
-        finally:
-            subprocess.run(["chmod", "-R", "u+w", str(root)], check=True)
-    unshare = shutil.which("unshare")
-    assert unshare is not None, "unshare (util-linux) is needed to mount read-only"
-    quoted = shlex.quote(str(root))
-    # The probe must fail: creating a file in the folder, or opening the file
-    # for appending (`: >>` writes nothing even where it succeeds).
-    probe = f"touch {quoted}/probe" if root.is_dir() else f": >> {quoted}"
-    script = (
-        f"mount --bind -o ro {quoted} {quoted} && "
-        f"({probe}) 2>/dev/null && exit 99; exec {shlex.join(command)}"
-    )
-    done = subprocess.run(
-        [unshare, "-m", "--propagation", "private", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert done.returncode != 99, "the bind mount did not make the store read-only"
-    return done
+    return read_only.run_read_only(root, [str(SCRIPT), *args], env=env)
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)

@@ -247,7 +247,13 @@ def connect_reader(
     immutable = False
     try:
         if probe_header:
-            _probe_version(path)
+            try:
+                _probe_version(path)
+            except sqlite3.Error as exc:
+                # Reading a pending WAL needs its index, as below.
+                if not writable and primary_code(exc) == _CANTOPEN:
+                    _immutable_is_safe(path)  # says why, when the WAL holds data
+                raise
         conn = _connect_reader(path, config, read_only=not writable)
         try:
             # The first read opens the WAL index (`-shm`): where that fails,
@@ -320,13 +326,7 @@ def _immutable_is_safe(path: Path) -> bool:
         return False  # a writable folder: the failure is something else
     # SQLite opens the WAL index of a `mode=ro` connection from a `-shm`
     # that exists (read-only), so only a missing one gets here.
-    try:
-        wal_bytes = os.stat(f"{path}-wal", follow_symlinks=False).st_size
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    if wal_bytes == 0:
+    if not _wal_bytes(path):
         return True
     raise StorageError(
         f"SQLite database {path}: its write-ahead log {path}-wal holds data "
@@ -335,6 +335,16 @@ def _immutable_is_safe(path: Path) -> bool:
         f"store (or run sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'), "
         "then it can be read read-only (nothing was changed)"
     )
+
+
+def _wal_bytes(path: Path) -> int:
+    """The size of the `-wal` beside `path` (0: absent, so no frames)."""
+    try:
+        return os.stat(f"{path}-wal", follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return 1  # cannot tell: assume frames, the safe answer for both callers
 
 
 def reader_schema(conn: sqlite3.Connection, path: Path) -> int:
@@ -412,7 +422,7 @@ def _probe_version(path: Path) -> None:
         raise _foreign(path, f"application_id {header.application_id:#x}")
     version, app_id = header.user_version, header.application_id
     tables = header.has_tables
-    if os.path.exists(f"{path}-wal"):
+    if _wal_bytes(path):
         uri = f"file:{quote(str(path))}?mode=ro"
         probe = sqlite3.connect(uri, uri=True, timeout=1.0)
         try:
