@@ -247,7 +247,14 @@ class SqlitePersistence:
             return await self._readers.run(read)
         except reads.Outdated as outdated:
             await self._migrate(outdated.version)
-        return await self._readers.run(read)
+        try:
+            return await self._readers.run(read)
+        except reads.Outdated as outdated:  # another process took it back?
+            raise UnsupportedFormatError(
+                f"SQLite database {self.path} is still at schema version "
+                f"{outdated.version} after migrating it to {SCHEMA_VERSION}; "
+                "another program rewrote it (nothing was changed)"
+            ) from outdated
 
     async def _migrate(self, version: int) -> None:
         """Migrate an older file through the writer, which opening it does.
