@@ -1,28 +1,23 @@
 """Read-only commands work on a store the user cannot write (issue 12 point 13).
 
-`ls`, `show`, `verify` and `export` on a JSONL folder mounted read-only.
-Tests run as root, where `chmod` does not stop writes, so the store is
-bind-mounted read-only in a private mount namespace (`unshare -m`); as
-another user, `chmod -R a-w` does the same. Either way a write fails with
-EROFS/EACCES, so a command that writes (a lock file, a repaired tail, a
-migrated header) fails here.
-
-SQLite is not covered yet: every SQLite read first opens the writer
-connection (to migrate), so it fails with SQLITE_CANTOPEN on a read-only
-folder; see the CLI helper's report for issue 12.
+`ls`, `show`, `verify` and `export` on a JSONL folder, an SQLite folder and
+an SQLite file (in a writable folder) that are read-only
+(`tests.support.readonly`: a read-only bind mount as root, `chmod`
+otherwise), where a command that writes (a lock file, a repaired tail, a
+migrated header, an SQLite writer connection) fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from tests.cli.conftest import make_store
 from tests.cli.support import SCRIPT, Store, converse
+from tests.support import readonly as read_only
 
 COMMANDS = (
     ["ls"],
@@ -36,30 +31,9 @@ COMMANDS = (
 
 
 def run_read_only(root: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
-    """`turnkeep ARGS` with `root` (and all below it) read-only."""
+    """`turnkeep ARGS` with `root` (a folder and all below it, or a file) read-only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNKEEP_")}
-    command = [str(SCRIPT), *args]
-    if os.geteuid() != 0:
-        subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
-        try:
-            return subprocess.run(command, capture_output=True, text=True, env=env)
-        finally:
-            subprocess.run(["chmod", "-R", "u+w", str(root)], check=True)
-    unshare = shutil.which("unshare")
-    assert unshare is not None, "unshare (util-linux) is needed to mount read-only"
-    quoted = shlex.quote(str(root))
-    script = (
-        f"mount --bind -o ro {quoted} {quoted} && "
-        f"touch {quoted}/probe 2>/dev/null && exit 99; exec {shlex.join(command)}"
-    )
-    done = subprocess.run(
-        [unshare, "-m", "--propagation", "private", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert done.returncode != 99, "the bind mount did not make the store read-only"
-    return done
+    return read_only.run_read_only(root, [str(SCRIPT), *args], env=env)
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
@@ -75,12 +49,63 @@ def test_read_only_commands_on_a_read_only_jsonl_folder(
     assert jsonl_store.digest() == before
 
 
-def test_the_read_only_mount_stops_a_command_that_writes(jsonl_store: Store) -> None:
-    """The harness has teeth: `title` writes, so it fails on the same mount."""
-    asyncio.run(converse(jsonl_store, "s"))
-    before = jsonl_store.digest()
-    done = run_read_only(
-        jsonl_store.path.parent, ["--store", jsonl_store.spec, "title", "s", "new"]
-    )
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_read_only_commands_on_a_read_only_sqlite_folder(
+    sqlite_store: Store, args: list[str]
+) -> None:
+    """The folder holds the file alone (the writer closed: no -wal, no -shm)."""
+    asyncio.run(converse(sqlite_store, "s"))
+    folder = sqlite_store.path.parent
+    before = sqlite_store.digest()
+    # That read (`mode=ro`) left an empty -wal and a -shm behind; without
+    # them SQLite cannot open the WAL index in a read-only folder.
+    for suffix in ("-wal", "-shm"):
+        sidecar = sqlite_store.path.with_name(sqlite_store.path.name + suffix)
+        assert suffix == "-shm" or sidecar.stat().st_size == 0
+        sidecar.unlink()
+    assert sorted(p.name for p in folder.iterdir()) == [sqlite_store.path.name]
+    file_bytes = sqlite_store.path.read_bytes()
+    done = run_read_only(folder, ["--store", sqlite_store.spec, *args])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "Traceback" not in done.stderr
+    assert sqlite_store.digest() == before
+    assert sqlite_store.path.read_bytes() == file_bytes
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_read_only_commands_on_a_read_only_sqlite_file(
+    sqlite_store: Store, args: list[str]
+) -> None:
+    """The file is read-only, its folder writable (SQLite may add its -shm)."""
+    asyncio.run(converse(sqlite_store, "s"))
+    before = sqlite_store.digest()
+    file_bytes = sqlite_store.path.read_bytes()
+    done = run_read_only(sqlite_store.path, ["--store", sqlite_store.spec, *args])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "Traceback" not in done.stderr
+    assert sqlite_store.digest() == before
+    assert sqlite_store.path.read_bytes() == file_bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "target"), [("jsonl", "folder"), ("sqlite", "folder"), ("sqlite", "file")]
+)
+def test_the_read_only_mount_stops_a_command_that_writes(
+    tmp_path: Path, name: str, target: str
+) -> None:
+    """The harness has teeth: `title` writes, so it fails on the same mount.
+
+    It fails with a clear message naming the store, not a traceback.
+    """
+    store = make_store(name, tmp_path)
+    asyncio.run(converse(store, "s"))
+    before = store.digest()
+    root = store.path if target == "file" else store.path.parent
+    done = run_read_only(root, ["--store", store.spec, "title", "s", "new"])
     assert done.returncode == 1, done.stderr
-    assert jsonl_store.digest() == before
+    assert "Traceback" not in done.stderr
+    if name == "sqlite":
+        assert str(store.path) in done.stderr
+    assert store.digest() == before

@@ -32,8 +32,9 @@ async def test_synchronous_below_full_is_refused(
     store = open_store(synchronous=level)
     with pytest.raises(ConfigurationError, match="below FULL"):
         await store.create(meta("s"))
-    with pytest.raises(ConfigurationError):  # and stays refused
-        await store.has("s")
+    with pytest.raises(ConfigurationError):  # and stays refused for writes
+        await store.create(meta("t"))
+    assert not await store.has("s")  # reads need no writer, so no durability
 
 
 @pytest.mark.asyncio

@@ -4,9 +4,12 @@ Consumed by core's write-behind plugin (and the session store's resume path)
 through the protocol in `turnkeep.persistence`, whose contracts it keeps.
 This module only wires the parts together: writes go to the `Writer` thread
 (group commit, `turnkeep_sqlite.writes`), reads to the `Readers` pool
-(`turnkeep_sqlite.reads`); opening, pragmas and migrations happen lazily,
-on the writer thread, at the first call, so constructing a backend touches
-no file and never blocks the event loop.
+(`turnkeep_sqlite.reads`). The writer connection is opened (pragmas,
+migrations) lazily, on the writer thread, by the first operation that
+writes; reads never need it, and never migrate or change the file, so
+`list`, `load` and `has` work on a file or folder the user cannot write
+(opened `mode=ro` there), and on a missing file create nothing.
+Constructing a backend touches no file and never blocks the event loop.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from turnkeep.errors import (
     SessionOwnershipError,
     StorageError,
     TurnkeepError,
+    UnsupportedFormatError,
 )
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionMeta, SessionSummary
@@ -43,6 +47,7 @@ from turnkeep_sqlite.files import (
     FileIdentity,
     check_identity,
     in_use,
+    inspect_database_file,
     prepare_database_file,
     registry_lock,
     tighten_sidecars,
@@ -52,6 +57,7 @@ from turnkeep_sqlite.files import (
 from turnkeep_sqlite.owner import current_identity, live_tokens
 from turnkeep_sqlite.reads import Readers
 from turnkeep_sqlite.schema import (
+    SCHEMA_VERSION,
     check_schema_version,
     connect_reader,
     connect_writer,
@@ -85,7 +91,6 @@ class SqlitePersistence:
     _writer: Writer = attrs.field(init=False)
     _readers: Readers = attrs.field(init=False)
     _damaged: DamagedSessions = attrs.field(init=False, factory=DamagedSessions)
-    _opened: bool = attrs.field(init=False, default=False)
     _used: bool = attrs.field(init=False, default=False)
     _closed: bool = attrs.field(init=False, default=False)
 
@@ -250,19 +255,23 @@ class SqlitePersistence:
             UnsupportedFormatError: the schema is newer than this code.
         """
         self._check_usable()
-        if not self._opened:
-            await self._write(lambda tx: None)  # open and migrate on the writer first
+        await self._read(lambda conn: None)  # the schema is current (migrated if due)
         database, path = self._database, self.path
 
         def run() -> BackupReport:
-            target = make_target(Path(destination), path.name)
-            conn = database.open_reader()
+            opened = database.open_reader()
+            if opened is None:
+                raise StorageError(
+                    f"SQLite database {path} does not exist; there is nothing to "
+                    "back up (nothing was written)"
+                )
+            conn = opened[0]
             try:
                 try:
                     check_schema_version(conn, path)
                 except sqlite3.Error as exc:
                     raise sql_storage_error(exc, "reading", path) from exc
-                return backup_into(conn, target)
+                return backup_into(conn, make_target(Path(destination), path.name))
             finally:
                 database.close(conn)
 
@@ -285,15 +294,40 @@ class SqlitePersistence:
     ) -> T:
         self._check_usable()
         self._used = True
-        result = await self._writer.submit(operation, unknown=unknown)
-        self._opened = True
-        return result
+        return await self._writer.submit(operation, unknown=unknown)
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
         self._check_usable()
-        if not self._opened:
-            await self._write(lambda tx: None)  # open and migrate on the writer first
-        return await self._readers.run(read)
+        try:
+            return await self._readers.run(read)
+        except reads.Outdated as outdated:
+            await self._migrate(outdated.version)
+        try:
+            return await self._readers.run(read)
+        except reads.Outdated as outdated:  # another process took it back?
+            raise UnsupportedFormatError(
+                f"SQLite database {self.path} is still at schema version "
+                f"{outdated.version} after migrating it to {SCHEMA_VERSION}; "
+                "another program rewrote it (nothing was changed)"
+            ) from outdated
+
+    async def _migrate(self, version: int) -> None:
+        """Migrate an older file through the writer, which opening it does.
+
+        Readers never migrate (they may be reading a file nobody can write);
+        a file that needs it can be read only once someone could migrate it.
+        """
+        try:
+            await self._write(lambda tx: None)
+        except StorageError as exc:
+            raise UnsupportedFormatError(
+                f"SQLite database {self.path} is at schema version {version}, "
+                f"older than this turnkeep-sqlite reads ({SCHEMA_VERSION}), and "
+                f"migrating it needs write access, which failed ({exc}); it "
+                "cannot be read read-only. Make the file and its folder "
+                "writable and open the store once (any turnkeep command), then "
+                "it can be read read-only (nothing was changed)"
+            ) from exc
 
     def _shutdown(self) -> None:
         self._writer.close()
@@ -313,6 +347,9 @@ class _Database:
     config: SqliteConfig
     pid: int
     file: FileIdentity | None = None
+    _files: dict[sqlite3.Connection, FileIdentity] = attrs.field(
+        factory=dict[sqlite3.Connection, FileIdentity]
+    )
 
     def open_writer(self) -> sqlite3.Connection:
         path = self.config.path
@@ -330,22 +367,39 @@ class _Database:
                 conn.close()
                 raise
             track(identity)
+            self._files[conn] = identity
         self.file = identity
         return conn
 
-    def open_reader(self) -> sqlite3.Connection:
+    def open_reader(self) -> tuple[sqlite3.Connection, bool] | None:
+        """A read-only connection and whether to keep it; `None`: no file yet."""
+        path = self.config.path
         with registry_lock:
-            conn = connect_reader(self.config)
-            if self.file is not None:
-                track(self.file)
-        return conn
+            identity = inspect_database_file(
+                path, allow_network=self.config.allow_network_filesystem
+            )
+            if identity is None:
+                return None
+            conn, immutable = connect_reader(
+                self.config, probe_header=not in_use(identity)
+            )
+            try:
+                check_identity(path, identity)
+            except BaseException:
+                conn.close()
+                raise
+            track(identity)
+            self._files[conn] = identity
+        return conn, not immutable
 
     def close(self, conn: sqlite3.Connection) -> None:
         try:
             conn.close()
         finally:
-            if self.file is not None:
-                untrack(self.file)
+            with registry_lock:
+                identity = self._files.pop(conn, None)
+                if identity is not None:
+                    untrack(identity)
 
     def verify(self) -> None:
         if self.file is not None:

@@ -42,6 +42,7 @@ __all__ = [
     "check_identity",
     "filesystem_type",
     "in_use",
+    "inspect_database_file",
     "prepare_database_file",
     "read_header",
     "registry_lock",
@@ -145,14 +146,7 @@ def prepare_database_file(
     """
     directory = path.parent
     _ensure_private_dir(directory)
-    fstype = filesystem_type(directory, mountinfo)
-    if fstype in NETWORK_FILESYSTEMS and not allow_network:
-        raise ConfigurationError(
-            f"the SQLite database {path} is on a {fstype} file system, where "
-            "SQLite's locking and WAL are unreliable; use a local disk (or the "
-            "PostgreSQL backend to share sessions between machines), or set "
-            "allow_network_filesystem = true at your own risk"
-        )
+    _refuse_network(path, allow_network, mountinfo)
     with _open_dir(directory) as dir_fd:
         for suffix in SIDECAR_SUFFIXES:
             _refuse_odd_file(dir_fd, path.name + suffix, path)
@@ -178,6 +172,31 @@ def prepare_database_file(
     return FileIdentity(info.st_dev, info.st_ino)
 
 
+def inspect_database_file(
+    path: Path, *, allow_network: bool, mountinfo: Path = _MOUNTINFO
+) -> FileIdentity | None:
+    """The read path's `prepare_database_file`: the same refusals, no changes.
+
+    Creates nothing and changes no mode, so it works on a store the user
+    cannot write. Returns `None` when the directory or the file does not
+    exist (an empty store: a read has nothing to find).
+
+    Raises:
+        StorageError: as `prepare_database_file`.
+        ConfigurationError: as `prepare_database_file`.
+    """
+    directory = path.parent
+    if not os.path.lexists(directory):
+        return None
+    _check_private_dir(directory)
+    _refuse_network(path, allow_network, mountinfo)
+    with _open_dir(directory) as dir_fd:
+        for suffix in SIDECAR_SUFFIXES:
+            _refuse_odd_file(dir_fd, path.name + suffix, path)
+        info = _make_private(dir_fd, path.name, path, tighten=False)
+    return None if info is None else FileIdentity(info.st_dev, info.st_ino)
+
+
 def tighten_sidecars(path: Path) -> None:
     """Force the `-wal`/`-shm` files SQLite created to 0600 (never following links).
 
@@ -191,14 +210,29 @@ def tighten_sidecars(path: Path) -> None:
             )
 
 
+def _refuse_network(path: Path, allow_network: bool, mountinfo: Path) -> None:
+    fstype = filesystem_type(path.parent, mountinfo)
+    if fstype in NETWORK_FILESYSTEMS and not allow_network:
+        raise ConfigurationError(
+            f"the SQLite database {path} is on a {fstype} file system, where "
+            "SQLite's locking and WAL are unreliable; use a local disk (or the "
+            "PostgreSQL backend to share sessions between machines), or set "
+            "allow_network_filesystem = true at your own risk"
+        )
+
+
 def _private(info: os.stat_result) -> int:
     # Take group and other bits away; never grant the owner more than it had
     # (a file made read-only on purpose stays read-only, and fails to open).
     return stat.S_IMODE(info.st_mode) & _FILE_MODE
 
 
-def _make_private(dir_fd: int, name: str, path: Path) -> os.stat_result | None:
+def _make_private(
+    dir_fd: int, name: str, path: Path, *, tighten: bool = True
+) -> os.stat_result | None:
     """Check `name` is a regular file of ours, at most 0600; `None` if absent.
+
+    Without `tighten`, only checks (the mode is left as it is).
 
     Uses an `O_PATH` descriptor where there is one: closing it drops no POSIX
     lock this process's SQLite connections hold on the file.
@@ -208,14 +242,14 @@ def _make_private(dir_fd: int, name: str, path: Path) -> os.stat_result | None:
         if o_path is None:
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             _check_regular(info, path)
-            if stat.S_IMODE(info.st_mode) != _private(info):
+            if tighten and stat.S_IMODE(info.st_mode) != _private(info):
                 os.chmod(name, _private(info), dir_fd=dir_fd)
             return info
         fd = os.open(name, o_path | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
             info = os.fstat(fd)  # a symlink shows as one: O_NOFOLLOW with O_PATH
             _check_regular(info, path)
-            if stat.S_IMODE(info.st_mode) != _private(info):
+            if tighten and stat.S_IMODE(info.st_mode) != _private(info):
                 # Through the descriptor: the file itself, never a link.
                 os.chmod(f"/proc/self/fd/{fd}", _private(info))
         finally:
@@ -341,6 +375,10 @@ def _ensure_private_dir(directory: Path) -> None:
             pass  # another process made it meanwhile; checked below
         except OSError as exc:
             raise _refusal(exc, created) from exc
+    _check_private_dir(directory)
+
+
+def _check_private_dir(directory: Path) -> None:
     try:
         info = os.lstat(directory)
     except OSError as exc:

@@ -1,9 +1,13 @@
 """The read path: `load`, `list` and `has` on their own threads and connections.
 
-Reads never go through the writer: a small pool of threads, each with its
-own connection, runs them as short WAL read transactions, so a reader never
-holds (or waits for) the write lock, and a caller holding a result holds no
-transaction at all. `load` reads the session row and its events in one
+Reads never go through the writer, nor need it: a small pool of threads,
+each with its own read-only connection (`schema.connect_reader`), runs them
+as short WAL read transactions, so a reader never holds (or waits for) the
+write lock, a caller holding a result holds no transaction at all, and a
+file or folder the user cannot write reads like any other. A store whose
+file does not exist yet reads as empty (nothing is created); one whose
+schema is older than this code raises `Outdated`, for the backend to
+migrate it through the writer. `load` reads the session row and its events in one
 snapshot and checks that exactly `next_seq` events are there, so a damaged
 or truncated log is reported, never returned shorter. Values are bounded by
 `SQLITE_LIMIT_LENGTH` (see `schema.connect_reader`).
@@ -44,10 +48,24 @@ from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep.salvage import Damage, IntactLog
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.owner import holder_alive
-from turnkeep_sqlite.schema import check_schema_version, retry_busy
+from turnkeep_sqlite.schema import (
+    SCHEMA_VERSION,
+    empty_database,
+    reader_schema,
+    retry_busy,
+)
 from turnkeep_sqlite.sqlerrors import is_corrupt, primary_code, storage_error
 
-__all__ = ["MAX_CURSOR_CHARS", "Readers", "has", "held", "intact", "list_page", "load"]
+__all__ = [
+    "MAX_CURSOR_CHARS",
+    "Outdated",
+    "Readers",
+    "has",
+    "held",
+    "intact",
+    "list_page",
+    "load",
+]
 
 _HELD_BATCH: Final = 500
 """Ids per `held` query: well under SQLite's limit on bound parameters."""
@@ -80,12 +98,30 @@ _cursor_encoder: Final = msgspec.json.Encoder()
 _cursor_decoder: Final = msgspec.json.Decoder(tuple[int, str])
 
 
+class Outdated(Exception):
+    """The file's schema needs a migration, which only the writer may run.
+
+    Never leaves the package: the backend catches it (`SqlitePersistence`).
+    """
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"schema version {version}, needs {SCHEMA_VERSION}")
+        self.version = version
+
+
 @attrs.define(eq=False)
 class Readers:
-    """A pool of reader threads, one connection each, for one database."""
+    """A pool of reader threads, one connection each, for one database.
+
+    Args:
+        opener: opens a reader connection; `None` when the file does not
+            exist (the store is empty), and with it whether the connection
+            may be kept for later reads (an `immutable` one may not).
+        closer: closes one.
+    """
 
     config: SqliteConfig
-    opener: Callable[[], sqlite3.Connection]
+    opener: Callable[[], tuple[sqlite3.Connection, bool] | None]
     closer: Callable[[sqlite3.Connection], None]
     _executor: ThreadPoolExecutor = attrs.field(init=False)
     _local: threading.local = attrs.field(init=False, factory=threading.local)
@@ -101,7 +137,11 @@ class Readers:
         )
 
     async def run(self, read: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `read` in one read transaction on a reader thread."""
+        """Run `read` in one read transaction on a reader thread.
+
+        Raises:
+            Outdated: the file must be migrated first.
+        """
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._transaction, read)
 
@@ -113,41 +153,79 @@ class Readers:
         for conn in connections:
             self.closer(conn)
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> tuple[sqlite3.Connection, bool] | None:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self.opener()
+        if conn is not None:
+            return conn, True
+        opened = self.opener()
+        if opened is None:
+            return None
+        conn, keep = opened
+        if keep:
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
-        return conn
+        return conn, keep
 
     def _transaction(self, read: Callable[[sqlite3.Connection], T]) -> T:
         path = self.config.path
         try:
-            conn = self._connection()
-            deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
-            # BEGIN is deferred: the snapshot starts at the first read, which
-            # can meet a busy WAL index (recovery) and then waits like a write.
-            retry_busy(
-                lambda: (conn.execute("BEGIN"), check_schema_version(conn, path)),
-                deadline=deadline,
-                path=path,
-            )
+            opened = self._connection()
+            if opened is None:
+                return _read_empty(self.config, read)
+            conn, keep = opened
             try:
-                with _gc_paused():
-                    result = read(conn)
-            except BaseException:
-                # Keep the read's own error: ending the snapshot may fail too.
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-        except TurnkeepError:
+                return self._read(conn, read)
+            finally:
+                if not keep:
+                    self.closer(conn)
+        except (TurnkeepError, Outdated):
             raise
         except sqlite3.Error as exc:
             raise storage_error(exc, "reading", path) from exc
+
+    def _read(
+        self, conn: sqlite3.Connection, read: Callable[[sqlite3.Connection], T]
+    ) -> T:
+        path = self.config.path
+
+        def begin() -> int:
+            # BEGIN is deferred: the snapshot starts at the first read, which
+            # can meet a busy WAL index (recovery) and then waits like a write
+            # (still inside the transaction BEGIN opened, when it retries).
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            return reader_schema(conn, path)
+
+        deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+        try:
+            version = retry_busy(begin, deadline=deadline, path=path)
+            if version == SCHEMA_VERSION:
+                with _gc_paused():
+                    result = read(conn)
+                conn.execute("COMMIT")
+                return result
+            if version != 0:
+                raise Outdated(version)
+        except BaseException:
+            # Keep the read's own error: ending the snapshot may fail too.
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        # Never migrated (a file another writer just created): as empty as
+        # a missing file.
+        return _read_empty(self.config, read)
+
+
+def _read_empty(config: SqliteConfig, read: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `read` against an empty database of the current schema."""
+    conn = empty_database(config)
+    try:
+        return read(conn)
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager

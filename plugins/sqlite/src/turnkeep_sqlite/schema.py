@@ -7,7 +7,9 @@ so two processes opening a new file at once apply each step exactly once;
 every step is logged in `schema_migrations`. A database newer than this code
 is refused before anything writes to it: the version is read from the file
 header (or through a read-only connection when a WAL is pending) before the
-writer connection switches journal modes or migrates.
+writer connection switches journal modes or migrates. Only the writer
+migrates: readers open the file read-only (`mode=ro`) and report the version
+they find (`reader_schema`), so a read changes nothing on disk.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from turnkeep.backendkit import is_turn_end_type, newer_schema
 from turnkeep.errors import ConfigurationError, StorageError, UnsupportedFormatError
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import read_header
-from turnkeep_sqlite.sqlerrors import is_busy, storage_error
+from turnkeep_sqlite.sqlerrors import is_busy, primary_code, storage_error
 
 __all__ = [
     "APPLICATION_ID",
@@ -34,6 +36,8 @@ __all__ = [
     "check_schema_version",
     "connect_reader",
     "connect_writer",
+    "empty_database",
+    "reader_schema",
     "retry_busy",
 ]
 
@@ -144,6 +148,9 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
     (2, _turns_and_size),
 )
 
+_CANTOPEN: Final = 14
+_NOTADB: Final = 26
+
 _SYNC_LEVELS: Final = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 
@@ -214,16 +221,168 @@ def connect_writer(
     return conn
 
 
-def connect_reader(config: SqliteConfig) -> sqlite3.Connection:
-    """Open a read-only-by-pragma connection with bounded value sizes."""
+def connect_reader(
+    config: SqliteConfig, *, probe_header: bool
+) -> tuple[sqlite3.Connection, bool]:
+    """Open a reader connection (`query_only`) with bounded value sizes.
+
+    Where the user can write the file and its folder, it is an ordinary
+    connection, so closing the last one removes the `-wal`/`-shm` as the
+    writer's does and a read leaves no file behind; elsewhere it is opened
+    `mode=ro`, which needs no write access at all. Neither migrates nor
+    changes a byte of the file. With `probe_header` (only while no
+    connection of this process uses the file), a newer or foreign file is
+    refused before SQLite opens it. Returns the connection and whether it
+    is `immutable` (see `_immutable_is_safe`): such a connection takes no
+    locks and must be used for one read only.
+
+    Raises:
+        UnsupportedFormatError: the database is of a newer schema.
+        StorageError: the file cannot be opened for reading, or is not
+            turnkeep's.
+    """
+    path = config.path
+    deadline = time.monotonic() + config.busy_timeout_ms / 1000
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    immutable = False
     try:
-        conn = _connect(config.path)
+        if probe_header:
+            try:
+                _probe_version(path)
+            except sqlite3.Error as exc:
+                # Reading a pending WAL needs its index, as below.
+                if not writable and primary_code(exc) == _CANTOPEN:
+                    _immutable_is_safe(path)  # says why, when the WAL holds data
+                raise
+        conn = _connect_reader(path, config, read_only=not writable)
+        try:
+            # The first read opens the WAL index (`-shm`): where that fails,
+            # it fails here, not in the middle of a caller's read.
+            retry_busy(
+                lambda: conn.execute("SELECT count(*) FROM sqlite_master").fetchone(),
+                deadline=deadline,
+                path=path,
+            )
+        except sqlite3.Error as exc:
+            conn.close()
+            if writable or primary_code(exc) != _CANTOPEN:
+                raise
+            if not _immutable_is_safe(path):
+                raise
+            conn = _connect_reader(path, config, read_only=True, immutable=True)
+            immutable = True
+    except sqlite3.Error as exc:
+        if primary_code(exc) == _NOTADB:
+            raise StorageError(
+                f"{path} is not an SQLite database; point the sqlite backend's "
+                "`path` at a new file or at a turnkeep database"
+            ) from exc
+        raise storage_error(exc, "opening a reader", path) from exc
+    return conn, immutable
+
+
+def _connect_reader(
+    path: Path, config: SqliteConfig, *, read_only: bool, immutable: bool = False
+) -> sqlite3.Connection:
+    if read_only:
+        query = "mode=ro&immutable=1" if immutable else "mode=ro"
+        conn = sqlite3.connect(
+            f"file:{quote(str(path))}?{query}",
+            uri=True,
+            timeout=0.002,  # retry_busy polls; see its docstring
+            isolation_level=None,
+            check_same_thread=False,  # used by one thread at a time, handed over
+            cached_statements=64,
+        )
+    else:
+        conn = _connect(path)
+    try:
         conn.execute("PRAGMA query_only = ON")
         # Bounded reads (R15): a stored value over the limit fails the query
         # with SQLITE_TOOBIG instead of being allocated.
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_event_bytes + 1024)
-    except sqlite3.Error as exc:
-        raise storage_error(exc, "opening a reader", config.path) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _immutable_is_safe(path: Path) -> bool:
+    """Whether a WAL file that `mode=ro` cannot open may be read as immutable.
+
+    A WAL-mode file needs its `-shm` (and `-wal`) beside it; in a folder the
+    user cannot write, SQLite cannot create them and `mode=ro` fails with
+    SQLITE_CANTOPEN. `immutable=1` then reads the main file alone, without
+    locks or change detection. That is safe only because nobody can be
+    writing: a WAL writer must create those same files in that same
+    read-only folder. It is *not* safe when a `-wal` holds frames, because
+    immutable reads ignore the WAL and would miss acknowledged flushes: that
+    case is refused.
+
+    Raises:
+        StorageError: the folder is read-only and a `-wal` holds data.
+    """
+    if os.access(path.parent, os.W_OK):
+        return False  # a writable folder: the failure is something else
+    # SQLite opens the WAL index of a `mode=ro` connection from a `-shm`
+    # that exists (read-only), so only a missing one gets here.
+    if not _wal_bytes(path):
+        return True
+    raise StorageError(
+        f"SQLite database {path}: its write-ahead log {path}-wal holds data "
+        "not yet copied into the file, and the folder is read-only, so SQLite "
+        "cannot read that log; make the folder writable once and open the "
+        f"store (or run sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'), "
+        "then it can be read read-only (nothing was changed)"
+    )
+
+
+def _wal_bytes(path: Path) -> int:
+    """The size of the `-wal` beside `path` (0: absent, so no frames)."""
+    try:
+        return os.stat(f"{path}-wal", follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return 1  # cannot tell: assume frames, the safe answer for both callers
+
+
+def reader_schema(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version a reader finds, in its read transaction.
+
+    Returns `SCHEMA_VERSION` for a database this code reads, 0 for an empty
+    (never migrated) file, and an older version for one that still needs
+    migrating, which only the writer may do.
+
+    Raises:
+        UnsupportedFormatError: the schema is newer than `SCHEMA_VERSION`.
+        StorageError: the file belongs to another application.
+    """
+    version, app_id, count = conn.execute(
+        "SELECT (SELECT user_version FROM pragma_user_version), "
+        "(SELECT application_id FROM pragma_application_id), "
+        "(SELECT count(*) FROM sqlite_master)"
+    ).fetchone()
+    if app_id not in (0, APPLICATION_ID):
+        raise _foreign(path, f"application_id {app_id:#x}")
+    if version > SCHEMA_VERSION:
+        raise _newer(path, version)
+    if version == 0 and count and app_id != APPLICATION_ID:
+        raise _foreign(path, "tables of another application")
+    return version
+
+
+def empty_database(config: SqliteConfig) -> sqlite3.Connection:
+    """An in-memory database of the current schema, holding no session.
+
+    Reads of a store whose file does not exist yet (or was never migrated)
+    run against it, so they answer exactly as an empty store would, without
+    creating the file.
+    """
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    _migrate(conn, Path(":memory:"), pid=os.getpid())
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_event_bytes + 1024)
+    conn.execute("PRAGMA query_only = ON")
     return conn
 
 
@@ -263,7 +422,7 @@ def _probe_version(path: Path) -> None:
         raise _foreign(path, f"application_id {header.application_id:#x}")
     version, app_id = header.user_version, header.application_id
     tables = header.has_tables
-    if os.path.exists(f"{path}-wal"):
+    if _wal_bytes(path):
         uri = f"file:{quote(str(path))}?mode=ro"
         probe = sqlite3.connect(uri, uri=True, timeout=1.0)
         try:
