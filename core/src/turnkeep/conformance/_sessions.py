@@ -156,13 +156,14 @@ class SessionsContract(BackendHarness):
         session.set_summary(title="Plan the trip", first_prompt="plan a trip")
         _turn(session, 1, "plan a trip")
         await session.flush()
-        session.set_summary(status="idle")
+        # A change with no new events: only the summary has to land.
+        session.set_summary(title="Trip plan", status="active")
         await session.flush()
         loaded = await host.require_persistence().load(session.id)
-        assert loaded.meta.summary.title == "Plan the trip"
-        assert loaded.meta.summary.status == "idle"
+        assert loaded.meta.summary.title == "Trip plan"
+        assert loaded.meta.summary.status == "active"
         page = await host.require_persistence().list()
-        assert [m.summary.title for m in page.items] == ["Plan the trip"]
+        assert [m.summary.title for m in page.items] == ["Trip plan"]
 
     @pytest.mark.asyncio
     async def test_another_process_is_refused_then_takes_over(
