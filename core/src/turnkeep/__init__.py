@@ -23,8 +23,9 @@ from turnkeep.agent.models import (
     TextDelta,
 )
 from turnkeep.agent.recovery import RecoveryReport
+from turnkeep.agent.streams import TurnStream
 from turnkeep.agent.tools import Tool, ToolContext, ToolSpec, function_tool
-from turnkeep.agent.turns import TurnResult, TurnStream
+from turnkeep.agent.turns import TurnResult
 from turnkeep.config import Config, load_config
 from turnkeep.events import SessionEvent, define_event_type
 from turnkeep.hookspecs import hookimpl

@@ -31,6 +31,7 @@ from turnkeep.agent.models import (
     TextDelta,
 )
 from turnkeep.agent.recovery import RecoveryReport
+from turnkeep.agent.streams import TurnStream
 from turnkeep.agent.tools import (
     FunctionTool,
     Tool,
@@ -39,7 +40,7 @@ from turnkeep.agent.tools import (
     function_tool,
     replay_policy,
 )
-from turnkeep.agent.turns import TurnResult, TurnStream
+from turnkeep.agent.turns import TurnResult
 
 __all__ = [
     "DEFAULT_MAX_STEPS",

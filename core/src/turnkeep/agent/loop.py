@@ -23,32 +23,27 @@ session (`create`, `resume`, `open`); the 0.1 forms that name the session
 from __future__ import annotations
 
 import asyncio
-import warnings
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, overload
 
 import attrs
 
-from turnkeep._deprecated import REMOVED_IN
+from turnkeep.agent.deprecations import deprecated, session_and_text, session_arg
 from turnkeep.agent.gate import DurabilityGate
 from turnkeep.agent.models import Model
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.steps import TurnRunner
+from turnkeep.agent.streams import TurnStream, open_stream
 from turnkeep.agent.tools import Tool, validate_tools
-from turnkeep.agent.turns import (
-    Outcome,
-    Running,
-    TurnResult,
-    TurnStream,
-    end_stream,
-    request_cancel,
-)
+from turnkeep.agent.turns import Outcome, Running, TurnResult, request_cancel
 from turnkeep.errors import (
     ConfigurationError,
     TurnInProgressError,
 )
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
+from turnkeep.session import Session
 from turnkeep.store import CloseReport
 
 __all__ = ["AgentLoop", "TurnResult", "TurnStream"]
@@ -259,7 +254,7 @@ class AgentLoop:
 
         Use `AgentLoop.create(...)` for each conversation instead.
         """
-        _deprecated(
+        deprecated(
             "new_session()", "AgentLoop.create(...) per conversation", stacklevel=3
         )
         return self.host.sessions.create(session_id).id
@@ -291,38 +286,37 @@ class AgentLoop:
                 it may be stored; see docs/agent-loop.md.
             SessionNotFoundError: the session is not live.
         """
-        session_id, text = self._with_session("run_turn", args)
+        session_id, text = session_and_text("run_turn", args, self.session_id)
         running = self._start(session_id, _NewTurn(text))
         outcome = await self._wait(running)
         assert outcome.result is not None  # noqa: S101 - a new turn always has one
         return outcome.result
 
     @overload
-    def stream_turn(self, text: str, /) -> TurnStream: ...
+    def stream_turn(self, text: str, /, *, committed: bool = False) -> TurnStream: ...
 
     @overload
-    def stream_turn(self, session_id: str, text: str, /) -> TurnStream: ...
+    def stream_turn(
+        self, session_id: str, text: str, /, *, committed: bool = False
+    ) -> TurnStream: ...
 
-    def stream_turn(self, *args: str) -> TurnStream:
+    def stream_turn(self, *args: str, committed: bool = False) -> TurnStream:
         """Start a turn and return an async iterator over its events.
 
-        Every event the turn appends is yielded as it is appended, ending with
-        its `turn/end`; `await stream.result()` gives the `TurnResult`. An
+        Every event the turn appends is yielded, in seq order, ending with its
+        `turn/end`: as it is appended, or with `committed=True` only once it
+        is durable (`turnkeep.agent.streams`), so no crash can reuse a seq
+        the consumer saw. `await stream.result()` gives the `TurnResult`. An
         admission or durability error is raised by the iteration (and by
-        `result`). Abandoning the iteration does not stop the turn; use
-        `cancel` for that.
+        `result`); a committed stream raises it after the durable events.
+        Abandoning the iteration does not stop the turn; use `cancel`.
 
         Raises:
             TurnInProgressError: at once, if a turn is running on the session.
         """
-        session_id, text = self._with_session("stream_turn", args)
+        session_id, text = session_and_text("stream_turn", args, self.session_id)
         running = self._start(session_id, _NewTurn(text))
-        queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
-        running.sinks.append(queue.put_nowait)
-        task = running.task
-        assert task is not None  # noqa: S101 - set by _start
-        task.add_done_callback(end_stream(queue))
-        return TurnStream(queue, task)
+        return open_stream(running, committed=committed, unsaved=self.host.unsaved)
 
     async def recover(
         self, session_id: str | None = None, *, continue_turn: bool = False
@@ -345,7 +339,7 @@ class AgentLoop:
                 be made durable (they stay in memory; the next turn retries).
         """
         running = self._start(
-            self._session_arg("recover", session_id), _Recover(continue_turn)
+            session_arg("recover", session_id, self.session_id), _Recover(continue_turn)
         )
         outcome = await self._wait(running)
         assert outcome.report is not None  # noqa: S101 - recovery always reports
@@ -361,7 +355,7 @@ class AgentLoop:
         Returns:
             The cancelled turn's result, or `None` if no turn was running.
         """
-        running = self._running.get(self._session_arg("cancel", session_id))
+        running = self._running.get(session_arg("cancel", session_id, self.session_id))
         if running is None or running.task is None:
             return None
         request_cancel(running)
@@ -370,7 +364,7 @@ class AgentLoop:
 
     def running(self, session_id: str | None = None) -> bool:
         """Whether a turn (or recovery) is running on the session."""
-        return self._session_arg("running", session_id) in self._running
+        return session_arg("running", session_id, self.session_id) in self._running
 
     async def close(self) -> CloseReport | None:
         """Cancel running turns, then close the loop's session (flushing it).
@@ -393,26 +387,6 @@ class AgentLoop:
         return None
 
     # -- internals ---------------------------------------------------------
-
-    def _with_session(self, method: str, args: tuple[str, ...]) -> tuple[str, str]:
-        if len(args) == 1:
-            return self.session_id, args[0]
-        if len(args) == 2:
-            session_id, text = args
-            return self._session_arg(method, session_id, stacklevel=5), text
-        raise TypeError(f"{method}() takes the user's text (got {len(args)} values)")
-
-    def _session_arg(
-        self, method: str, session_id: str | None, *, stacklevel: int = 4
-    ) -> str:
-        if session_id is None:
-            return self.session_id
-        _deprecated(
-            f"{method}(session_id, ...)",
-            f"{method}(...) on the loop of that session (one loop per session)",
-            stacklevel=stacklevel,
-        )
-        return session_id
 
     def _start(self, session_id: str, job: _NewTurn | _Recover) -> Running:
         session = self.host.sessions.get(session_id)
@@ -472,16 +446,14 @@ class AgentLoop:
             instructions=self.instructions,
             max_steps=self.max_steps,
             running=running,
-            flush=self._gate.flush,
+            flush=functools.partial(self._flush, running),
         )
 
-
-def _deprecated(old: str, new: str, *, stacklevel: int) -> None:
-    warnings.warn(
-        f"AgentLoop.{old} is deprecated and goes in turnkeep {REMOVED_IN}; use {new}",
-        DeprecationWarning,
-        stacklevel=stacklevel,
-    )
+    async def _flush(self, running: Running, session: Session) -> None:
+        try:
+            await self._gate.flush(session)
+        finally:
+            running.flushed()  # also after a failure: part of it may have landed
 
 
 def _check(

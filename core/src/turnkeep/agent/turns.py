@@ -2,9 +2,9 @@
 
 Shared by `turnkeep.agent.loop` (admission, cancellation) and `turnkeep.agent.steps`
 (what happens inside a turn): `TurnResult` (how a turn ended), `Running`
-(the loop's record of a turn in progress), `TurnStream` (a running turn's
-events as an async iterator), the stable ids of tool calls, and the texts
-the loop records for tool calls that did not run to the end.
+(the loop's record of a turn in progress), the stable ids of tool calls,
+and the texts the loop records for tool calls that did not run to the end.
+A running turn's event stream is `turnkeep.agent.streams`.
 
 Call ids are derived from the session id and the call's seq: unique, stable
 across crashes, and identical for the same log wherever it is continued, so
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
@@ -33,9 +33,7 @@ __all__ = [
     "Phase",
     "Running",
     "TurnResult",
-    "TurnStream",
     "call_id_for",
-    "end_stream",
     "request_cancel",
 ]
 
@@ -98,6 +96,8 @@ class Running:
         session: the session.
         task: the task running the turn.
         sinks: called with every event the turn appends (streaming).
+        flush_watchers: called after every flush the turn makes, whether
+            it succeeded or not (committed streams release events then).
         phase: where the turn is.
         cancel_requested: `cancel` was called; the turn stops at the next
             step boundary (or now, if a model call or tool is in flight).
@@ -108,8 +108,16 @@ class Running:
     sinks: list[Callable[[SessionEvent], None]] = attrs.field(
         factory=list[Callable[[SessionEvent], None]]
     )
+    flush_watchers: list[Callable[[], None]] = attrs.field(
+        factory=list[Callable[[], None]]
+    )
     phase: Phase = "admit"
     cancel_requested: bool = False
+
+    def flushed(self) -> None:
+        """Tell the flush watchers that a flush of the turn has ended."""
+        for watcher in self.flush_watchers:
+            watcher()
 
 
 @attrs.frozen
@@ -118,53 +126,6 @@ class Outcome:
 
     result: TurnResult | None = None
     report: RecoveryReport | None = None
-
-
-@attrs.define(eq=False)
-class TurnStream:
-    """The events of one running turn, as an async iterator.
-
-    Made by `AgentLoop.stream_turn`.
-    """
-
-    _queue: asyncio.Queue[SessionEvent | None]
-    _task: asyncio.Task[Outcome]
-    _ended: bool = attrs.field(init=False, default=False)
-
-    def __aiter__(self) -> AsyncIterator[SessionEvent]:
-        return self
-
-    async def __anext__(self) -> SessionEvent:
-        if self._ended:
-            raise StopAsyncIteration
-        item = await self._queue.get()
-        if item is None:
-            self._ended = True
-            self._task.result()  # raises the turn's error, if any
-            raise StopAsyncIteration
-        return item
-
-    async def result(self) -> TurnResult:
-        """Wait for the turn to end and return its result."""
-        outcome = await asyncio.shield(self._task)
-        assert outcome.result is not None  # noqa: S101 - a new turn always has one
-        return outcome.result
-
-
-def end_stream(
-    queue: asyncio.Queue[SessionEvent | None],
-) -> Callable[[asyncio.Task[Outcome]], None]:
-    """A done-callback that ends a `TurnStream`'s queue when its turn ends."""
-
-    def done(task: asyncio.Task[Outcome]) -> None:
-        queue.put_nowait(None)
-        if not task.cancelled():
-            # Seen here, so a consumer that stopped iterating early does not
-            # leave "Task exception was never retrieved" behind; `result()`
-            # still raises it.
-            task.exception()
-
-    return done
 
 
 def request_cancel(running: Running) -> None:
