@@ -1,16 +1,21 @@
 """Finding credentials in text: the rules, their pre-filter, the combined pattern.
 
-A `Rule` is a named regex plus, optionally, the lowercase *triggers* that
-any text it matches must contain (`"eyj"` for a JWT). `SecretScanner.scan`
-first looks for the triggers with `in` (C-speed substring search), then runs
-ONE compiled alternation of the rules without triggers and those whose
-triggers were found. Every branch of that alternation starts with a literal
-character (`Rule.search`), so Python's `re` skips in C to the positions
-where a secret could start; most text costs a handful of substring searches
-and one such skip.
+A `Rule` is a named regex plus the *triggers* that any text it matches must
+contain (`"eyJ"` for a JWT, `"token"` in any case for `token = ...`), and
+optionally characters of which a match holds at least one (`needs`: the
+`:` or `=` of an assignment). `SecretScanner.scan` first tests those with
+`in`: a single character is a `memchr`, a trigger one substring search in
+C. Only when a rule's test passes does the text take ONE compiled
+alternation of the rules that passed. Every branch of that alternation
+starts with a literal character (`Rule.search`), so Python's `re` skips in
+C to the positions where a secret could start. Text without any trigger
+(most of a conversation) costs a few `memchr`s and substring searches and
+is returned as the same object.
 
-A rule without triggers runs on every text: the default rules that start
-with a rare character, the opt-in high-entropy rule, a user's pattern.
+Case-insensitive triggers are searched in the text itself when it holds
+none of their letters in upper case (then a match would be there in lower
+case), else in one lowered copy. A rule without triggers (a user's
+pattern, the opt-in high-entropy rule) runs on every text.
 `turnkeep.redaction` decides which fields are scanned.
 """
 
@@ -37,8 +42,12 @@ class Rule:
         name: the kind, shown in the marker `[REDACTED:<name>]`.
         regex: what to replace. A group named `secret` replaces only that
             group (keeping, say, `Bearer `). A leading `(?i)` is allowed.
-        triggers: lowercase substrings of which every match contains at
-            least one; empty means the rule runs on every text.
+        triggers: substrings of which every match contains at least one;
+            lowercase ones are found in any case unless `cased`; empty
+            means the rule runs on every text.
+        needs: characters of which every match contains at least one
+            (tested first: a `memchr` each); empty: no such test.
+        cased: the triggers are found exactly as written.
         search: the same language as `regex`, written so that every
             top-level branch starts with a case-sensitive literal character
             (a word boundary moves behind it, as a lookbehind). Python's `re` then
@@ -53,6 +62,8 @@ class Rule:
     triggers: tuple[str, ...] = ()
     search: str | None = None
     check: Callable[[str], bool] | None = None
+    needs: str = ""
+    cased: bool = False
 
 
 def _bounded(first: str, rest: str) -> str:
@@ -83,7 +94,12 @@ def _assignment(words: str, *triggers: str) -> Rule:
         f"(?i)(?:{words}){_ASSIGNED}",
         triggers,
         _any_case(words, _ASSIGNED),
+        needs=":=",
     )
+
+
+_AWS: Final = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA")
+_GITHUB: Final = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 
 
 DEFAULT_RULES: Final[tuple[Rule, ...]] = (
@@ -91,62 +107,83 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "private-key",
         r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
         r"(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)",
-        (),
+        ("-----BEGIN",),
+        needs="-",
+        cased=True,
     ),
     Rule(
         "aws-access-key",
         r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
-        (),
+        _AWS,
         _bounded("A", r"(?:KIA|SIA|GPA|IDA|ROA|NPA)[0-9A-Z]{16}\b"),
+        needs="A",
+        cased=True,
     ),
     Rule(
         "jwt",
         r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-        ("eyj",),
+        ("eyJ",),
         _bounded("e", r"yJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        needs="J",
+        cased=True,
     ),
     Rule(
         "api-token",
         rf"\b[srp]{_SK_TAIL}",
         ("k-",),
         "|".join(_bounded(c, _SK_TAIL) for c in "srp"),
+        needs="-",
+        cased=True,
     ),
     Rule(
         "api-token",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
-        (),
+        _GITHUB,
         _bounded("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})"),
+        needs="_",
+        cased=True,
     ),
     Rule(
         "api-token",
         r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-        (),
+        ("xox",),
         _bounded("x", r"ox[abposr]-[A-Za-z0-9-]{10,}"),
+        needs="-",
+        cased=True,
     ),
     Rule(
         "api-token",
         r"\bAIza[0-9A-Za-z_-]{35}\b",
-        (),
+        ("AIza",),
         _bounded("A", r"Iza[0-9A-Za-z_-]{35}\b"),
+        needs="A",
+        cased=True,
     ),
     Rule(
         "bearer",
         rf"(?i)\bbearer{_BEARER}",
-        (),
+        ("bearer",),
         "|".join(_bounded(c, f"(?i:earer){_BEARER}") for c in "bB"),
     ),
-    Rule("url-password", r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@"),
+    Rule(
+        "url-password",
+        r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
+        ("://",),
+        needs="@",
+        cased=True,
+    ),
     _assignment("password|passwd", "passw"),
     _assignment("secret", "secret"),
     _assignment("token", "token"),
-    _assignment("api_key|apikey|access_key", "key"),
+    _assignment("api_key|apikey|access_key", "_key", "apikey"),
 )
 """The credential shapes redacted by default.
 
-Rules whose search form starts with a character that is rare in prose (`-`,
-`A`, `:`, `x`, `b`, `g`) have no triggers: the combined pass skips to those
-characters in C, which is cheaper than looking for their triggers. Rules
-that start with a common letter (`sk-`, `eyJ`, `token`) have triggers."""
+Every default rule has triggers, so text without any (most of a
+conversation) skips the regex pass; those whose matches hold a character
+that is rare in prose (`-`, `A`, `J`, `_`, `@`, `:` or `=`) test it first.
+`tests/core/test_redaction_prefilter.py` checks that the pre-filter never
+drops a match the rules alone would find."""
 
 _ENTROPY_BITS: Final = 4.0
 
@@ -189,6 +226,56 @@ def _branches(rule: Rule) -> str:
     return body
 
 
+_Probe = tuple[
+    str,
+    tuple[tuple[str, int], ...],
+    tuple[tuple[str, int], ...],
+    tuple[tuple[bytes, int], ...],
+    str,
+]
+"""One pre-filter test: characters one of which must be there, exact
+triggers, lowercase triggers (and as UTF-8), and the upper-case letters of
+those (any of them there: the lowercase triggers are looked for in a
+lowered copy)."""
+
+
+def _probes(rules: tuple[Rule, ...]) -> tuple[_Probe, ...]:
+    """The pre-filter of `rules`: one test per distinct `needs`.
+
+    Raises:
+        ConfigurationError: a rule has `needs` but no triggers, or a
+            trigger that is not found in any case is not lowercase ASCII.
+    """
+    groups: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    for index, rule in enumerate(rules):
+        if rule.needs and not rule.triggers:
+            raise ConfigurationError(
+                f"redaction rule {rule.name!r} has `needs` but no triggers"
+            )
+        cased, lower = groups.setdefault(rule.needs, ({}, {}))
+        for trigger in rule.triggers:
+            if not trigger or not (
+                rule.cased or (trigger.isascii() and trigger == trigger.lower())
+            ):
+                raise ConfigurationError(
+                    f"redaction rule {rule.name!r}: trigger {trigger!r} must be "
+                    "non-empty lowercase ASCII (or the rule `cased`)"
+                )
+            into = cased if rule.cased else lower
+            into[trigger] = into.get(trigger, 0) | 1 << index
+    return tuple(
+        (
+            needs,
+            tuple(cased.items()),
+            tuple(lower.items()),
+            tuple((t.encode(), m) for t, m in lower.items()),
+            "".join(sorted({c.upper() for t in lower for c in t if c.isalpha()})),
+        )
+        for needs, (cased, lower) in groups.items()
+        if cased or lower
+    )
+
+
 @attrs.define(eq=False)
 class SecretScanner:
     """Replaces every match of its rules with `[REDACTED:<name>]` in one pass.
@@ -201,14 +288,12 @@ class SecretScanner:
     rules: tuple[Rule, ...]
     _regexes: tuple[re.Pattern[str], ...] = attrs.field(init=False, default=())
     _always: int = attrs.field(init=False, default=0)
-    _triggers: tuple[tuple[str, int], ...] = attrs.field(init=False, default=())
-    _triggers_b: tuple[tuple[bytes, int], ...] = attrs.field(init=False, default=())
+    _probes: tuple[_Probe, ...] = attrs.field(init=False, default=())
     _compiled: dict[int, re.Pattern[str]] = attrs.field(
         init=False, factory=dict[int, re.Pattern[str]]
     )
 
     def __attrs_post_init__(self) -> None:
-        by_trigger: dict[str, int] = {}
         regexes: list[re.Pattern[str]] = []
         for index, rule in enumerate(self.rules):
             try:
@@ -219,11 +304,8 @@ class SecretScanner:
                 ) from exc
             if not rule.triggers:
                 self._always |= 1 << index
-            for trigger in rule.triggers:
-                by_trigger[trigger] = by_trigger.get(trigger, 0) | 1 << index
         self._regexes = tuple(regexes)
-        self._triggers = tuple(by_trigger.items())
-        self._triggers_b = tuple((t.encode(), m) for t, m in by_trigger.items())
+        self._probes = _probes(self.rules)
         self._pattern((1 << len(self.rules)) - 1)  # every rule compiles together
 
     def scan(self, text: str) -> str:
@@ -274,20 +356,48 @@ class SecretScanner:
         return redacted, _next_context(whole)
 
     def _mask(self, text: str) -> int:
-        """The rules whose triggers `text` holds (plus those without any)."""
+        """The rules whose pre-filter `text` passes (plus those without one)."""
         mask = self._always
-        if text.isascii():
-            probe = text.lower()
-            for trigger, rules in self._triggers:
-                if trigger in probe:
+        lowered: str | bytes | None = None
+        for needs, cased, lower, lower_b, upper in self._probes:
+            if needs:
+                for char in needs:
+                    if char in text:
+                        break
+                else:
+                    continue
+            for trigger, rules in cased:
+                if trigger in text:
                     mask |= rules
-        else:
-            # Substring search on UCS-4 text is several times slower than on
-            # bytes; the triggers are ASCII, so UTF-8 finds the same ones.
-            probe_b = text.encode("utf-8", "surrogatepass").lower()
-            for trigger_b, rules in self._triggers_b:
-                if trigger_b in probe_b:
-                    mask |= rules
+            if not lower:
+                continue
+            for char in upper:
+                if char in text:
+                    break
+            else:
+                # None of the triggers' letters is upper case here, so a
+                # trigger in any case is one in lower case.
+                for trigger, rules in lower:
+                    if trigger in text:
+                        mask |= rules
+                continue
+            if lowered is None:
+                # Substring search on UCS-2/4 text is slower than on bytes,
+                # and lowering it slower still; the triggers are ASCII, so
+                # lowered UTF-8 finds the same ones.
+                lowered = (
+                    text.lower()
+                    if text.isascii()
+                    else text.encode("utf-8", "surrogatepass").lower()
+                )
+            if isinstance(lowered, str):
+                for trigger, rules in lower:
+                    if trigger in lowered:
+                        mask |= rules
+            else:
+                for trigger_b, rules in lower_b:
+                    if trigger_b in lowered:
+                        mask |= rules
         return mask
 
     def _pattern(self, mask: int) -> re.Pattern[str]:
