@@ -208,6 +208,8 @@ HIGH_ENTROPY: Final = Rule(
 )
 """Opt-in: 32+ characters of mixed case and digits with high entropy."""
 
+_JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
+"""Text that JSON encoders write as it is (no quote, backslash or control)."""
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
 _CACHE_LIMIT: Final = 256
 _LEAD: Final = 64
@@ -307,6 +309,25 @@ class SecretScanner:
         self._regexes = tuple(regexes)
         self._probes = _probes(self.rules)
         self._pattern((1 << len(self.rules)) - 1)  # every rule compiles together
+
+    def may_match(self, text: str) -> bool:
+        """Whether a rule's pre-filter passes on `text`.
+
+        Always, with a rule without triggers; if not, `scan` finds nothing
+        in any part of `text`. When `json_safe`, no trigger or needed
+        character is escaped in JSON, so a value whose JSON does not pass
+        holds no string with anything to redact.
+        """
+        return self._mask(text) != 0
+
+    @property
+    def json_safe(self) -> bool:
+        """Whether no trigger or needed character changes in JSON."""
+        return all(
+            _JSON_PLAIN.fullmatch(t) is not None
+            for rule in self.rules
+            for t in (*rule.triggers, rule.needs)
+        )
 
     def scan(self, text: str) -> str:
         """Return `text` with every secret replaced (`text` itself if none)."""
@@ -461,9 +482,11 @@ def _next_context(whole: str) -> str:
     The word still being written at the end of `whole` (a key, a URL, a JWT
     split anywhere), with `_LEAD` characters before it.
     """
-    last = len(whole) - _OPEN_LIMIT
-    for space in (" ", "\n", "\t"):
-        last = max(last, whole.rfind(space))
+    last = whole.rfind(" ")
+    tail = whole[last + 1 :]
+    if "\n" in tail or "\t" in tail:  # rare: a later newline or tab
+        last = max(last, whole.rfind("\n"), whole.rfind("\t"))
+    last = max(last, len(whole) - _OPEN_LIMIT)
     return whole[max(0, last - _LEAD) :]
 
 
