@@ -12,8 +12,10 @@ round-robin, REPS times:
   redaction off and on; the two run interleaved, turn by turn;
 - `redact_clean`: the builtin redactor's `redact_event` on the 12 events of
   a turn whose text holds no trigger (most of a conversation);
-- `redact_triggered`: the same with a trigger word (`token`) in every text
-  field, so each field also takes the combined regex pass;
+- `redact_triggered`: the same with a trigger word and a colon (`token:`)
+  in every text field, so each field also takes the combined regex pass;
+- `redact_prose`: the same with capitals, `:`, `-` and `A` in every text
+  field (every gate passes, lowercase triggers need a lowered copy);
 - `high_entropy`: `redact_clean` with the opt-in high-entropy rule on (it
   has no pre-filter: every text takes the regex pass);
 - `sequential`: the rules applied one regex at a time, as before issue 12
@@ -80,7 +82,8 @@ def text_bytes(turn: list[SessionEvent]) -> int:
     return total
 
 
-def with_trigger(turn: list[SessionEvent]) -> list[SessionEvent]:
+def with_insert(turn: list[SessionEvent], insert: str) -> list[SessionEvent]:
+    """`turn` with `insert` in the middle of every text field."""
     out: list[SessionEvent] = []
     for event in turn:
         data = event.data
@@ -89,10 +92,18 @@ def with_trigger(turn: list[SessionEvent]) -> list[SessionEvent]:
                 value = getattr(data, name)
                 half = len(value) // 2
                 data = msgspec.structs.replace(
-                    data, **{name: value[:half] + " token " + value[half:]}
+                    data, **{name: value[:half] + insert + value[half:]}
                 )
         out.append(msgspec.structs.replace(event, data=data))
     return out
+
+
+TRIGGER = " token: x "
+"""A trigger and the `:` an assignment needs, but no secret: the field takes
+the regex pass and is kept as it is."""
+PROSE = " Note: A well-known case, e.g. Bob's. "
+"""Capitals, `:`, `-` and `A`: the gates pass and lowercase triggers are
+looked for in a lowered copy (prose rather than the benchmark's words)."""
 
 
 def workload(turns: int) -> list[list[SessionEvent]]:
@@ -150,7 +161,8 @@ def main() -> dict[str, Any]:
     if "--callgrind" in sys.argv:
         return callgrind()
     turns = workload(TURNS)
-    triggered = [with_trigger(turn) for turn in turns]
+    triggered = [with_insert(turn, TRIGGER) for turn in turns]
+    prose = [with_insert(turn, PROSE) for turn in turns]
     kb = statistics.mean(text_bytes(turn) for turn in turns) / 1024
     scratch = Path(tempfile.mkdtemp(prefix="bench-redaction-"))
     loop = asyncio.new_event_loop()
@@ -222,6 +234,7 @@ def main() -> dict[str, Any]:
         "jsonl_on": jsonl_on,
         "redact_clean": run_redactor(turns),
         "redact_triggered": run_redactor(triggered),
+        "redact_prose": run_redactor(prose),
         "high_entropy": run_redactor(turns, SecretRedactor(high_entropy=True)),
         "sequential": sequential,
     }
@@ -254,7 +267,7 @@ def main() -> dict[str, Any]:
     result: dict[str, Any] = {"kb": kb, "median_us": medians, "best_us": best}
     for label, values in (("median", medians), ("best", best)):
         added = values["jsonl_on"] - values["jsonl_off"]
-        worst = max(values["redact_clean"], values["redact_triggered"])
+        worst = max(values[k] for k in ("redact_clean", "redact_triggered"))
         ratio = worst / values["jsonl_off"]
         verdict = "meets" if ratio <= 0.10 else "misses"
         print(
@@ -274,7 +287,7 @@ _IR_MODES = ("setup", "redact_clean", "redact_triggered", "jsonl_off", "jsonl_on
 def ir_mode(mode: str) -> None:
     """Run IR_TURNS turns of `mode` after a warm-up that every mode shares."""
     turns = workload(IR_TURNS)
-    triggered = [with_trigger(turn) for turn in turns]
+    triggered = [with_insert(turn, TRIGGER) for turn in turns]
     scratch = Path(tempfile.mkdtemp(prefix="bench-redaction-ir-"))
 
     async def run() -> None:
