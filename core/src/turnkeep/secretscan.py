@@ -21,192 +21,22 @@ pattern, the opt-in high-entropy rule) runs on every text.
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable
 from typing import Final
 
 import attrs
 
 from turnkeep.errors import ConfigurationError
+from turnkeep.secretrules import DEFAULT_RULES, HIGH_ENTROPY, Rule, rules_from
 
-__all__ = ["DEFAULT_RULES", "HIGH_ENTROPY", "Rule", "SecretScanner"]
+__all__ = [
+    "DEFAULT_RULES",
+    "HIGH_ENTROPY",
+    "Rule",
+    "SecretScanner",
+    "rules_from",
+]
 
-
-@attrs.frozen
-class Rule:
-    """One kind of secret.
-
-    Attributes:
-        name: the kind, shown in the marker `[REDACTED:<name>]`.
-        regex: what to replace. A group named `secret` replaces only that
-            group (keeping, say, `Bearer `). A leading `(?i)` is allowed.
-        triggers: substrings of which every match contains at least one;
-            lowercase ones are found in any case unless `cased`; empty
-            means the rule runs on every text.
-        needs: characters of which every match contains at least one
-            (tested first: a `memchr` each); empty: no such test.
-        cased: the triggers are found exactly as written.
-        search: the same language as `regex`, written so that every
-            top-level branch starts with a case-sensitive literal character
-            (a word boundary moves behind it, as a lookbehind). Python's `re` then
-            skips every position that cannot start a match in C, which makes
-            the combined pass several times faster. Defaults to `regex`.
-        check: called with the matched text; returns whether to replace it
-            (the high-entropy rule measures the token).
-    """
-
-    name: str
-    regex: str
-    triggers: tuple[str, ...] = ()
-    search: str | None = None
-    check: Callable[[str], bool] | None = None
-    needs: str = ""
-    cased: bool = False
-
-
-def _bounded(first: str, rest: str) -> str:
-    """`<first><rest>` after a word boundary, starting with its literal."""
-    return f"{first}(?<=\\b{first}){rest}"
-
-
-def _any_case(words: str, rest: str) -> str:
-    """`(?i)(?:<words>)<rest>` as branches that each start with a literal."""
-    heads: dict[str, list[str]] = {}
-    for word in words.split("|"):
-        heads.setdefault(word[0].lower(), []).append(word[1:])
-    return "|".join(
-        f"{head}(?i:{'|'.join(tails)}){rest}"
-        for first, tails in heads.items()
-        for head in (first, first.upper())
-    )
-
-
-_ASSIGNED: Final = r"""["']?\s{0,3}[:=]\s{0,3}["']?(?P<secret>[^\s"',;]{6,})"""
-_BEARER: Final = r"\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"
-_SK_TAIL: Final = r"k-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"
-
-
-def _assignment(words: str, *triggers: str) -> Rule:
-    return Rule(
-        "secret-assignment",
-        f"(?i)(?:{words}){_ASSIGNED}",
-        triggers,
-        _any_case(words, _ASSIGNED),
-        needs=":=",
-    )
-
-
-_AWS: Final = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA")
-_GITHUB: Final = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
-
-
-DEFAULT_RULES: Final[tuple[Rule, ...]] = (
-    Rule(
-        "private-key",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
-        r"(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)",
-        ("-----BEGIN",),
-        needs="-",
-        cased=True,
-    ),
-    Rule(
-        "aws-access-key",
-        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
-        _AWS,
-        _bounded("A", r"(?:KIA|SIA|GPA|IDA|ROA|NPA)[0-9A-Z]{16}\b"),
-        needs="A",
-        cased=True,
-    ),
-    Rule(
-        "jwt",
-        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-        ("eyJ",),
-        _bounded("e", r"yJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-        needs="J",
-        cased=True,
-    ),
-    Rule(
-        "api-token",
-        rf"\b[srp]{_SK_TAIL}",
-        ("k-",),
-        "|".join(_bounded(c, _SK_TAIL) for c in "srp"),
-        needs="-",
-        cased=True,
-    ),
-    Rule(
-        "api-token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
-        _GITHUB,
-        _bounded("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})"),
-        needs="_",
-        cased=True,
-    ),
-    Rule(
-        "api-token",
-        r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-        ("xox",),
-        _bounded("x", r"ox[abposr]-[A-Za-z0-9-]{10,}"),
-        needs="-",
-        cased=True,
-    ),
-    Rule(
-        "api-token",
-        r"\bAIza[0-9A-Za-z_-]{35}\b",
-        ("AIza",),
-        _bounded("A", r"Iza[0-9A-Za-z_-]{35}\b"),
-        needs="A",
-        cased=True,
-    ),
-    Rule(
-        "bearer",
-        rf"(?i)\bbearer{_BEARER}",
-        ("bearer",),
-        "|".join(_bounded(c, f"(?i:earer){_BEARER}") for c in "bB"),
-    ),
-    Rule(
-        "url-password",
-        r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
-        ("://",),
-        needs="@",
-        cased=True,
-    ),
-    _assignment("password|passwd", "passw"),
-    _assignment("secret", "secret"),
-    _assignment("token", "token"),
-    _assignment("api_key|apikey|access_key", "_key", "apikey"),
-)
-"""The credential shapes redacted by default.
-
-Every default rule has triggers, so text without any (most of a
-conversation) skips the regex pass; those whose matches hold a character
-that is rare in prose (`-`, `A`, `J`, `_`, `@`, `:` or `=`) test it first.
-`tests/core/test_redaction_prefilter.py` checks that the pre-filter never
-drops a match the rules alone would find."""
-
-_ENTROPY_BITS: Final = 4.0
-
-
-def _random_looking(token: str) -> bool:
-    if not (
-        any(c.isdigit() for c in token)
-        and any(c.isupper() for c in token)
-        and any(c.islower() for c in token)
-    ):
-        return False
-    counts = Counter(token)
-    total = len(token)
-    bits = -sum(c / total * math.log2(c / total) for c in counts.values())
-    return bits >= _ENTROPY_BITS
-
-
-HIGH_ENTROPY: Final = Rule(
-    "high-entropy",
-    r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}",
-    check=_random_looking,
-)
-"""Opt-in: 32+ characters of mixed case and digits with high entropy."""
 
 _JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
 """Text that JSON encoders write as it is (no quote, backslash or control)."""
@@ -230,15 +60,47 @@ def _branches(rule: Rule) -> str:
 
 _Probe = tuple[
     str,
-    tuple[tuple[str, int], ...],
+    "re.Pattern[str] | None",
+    tuple[int, ...],
     tuple[tuple[str, int], ...],
     tuple[tuple[bytes, int], ...],
     str,
 ]
-"""One pre-filter test: characters one of which must be there, exact
-triggers, lowercase triggers (and as UTF-8), and the upper-case letters of
-those (any of them there: the lowercase triggers are looked for in a
-lowered copy)."""
+"""One pre-filter test: characters one of which must be there; one regex
+finding the exact triggers (its match's `lastindex` indexes their rules);
+lowercase triggers (and as UTF-8), and the upper-case letters of those
+(any of them there: the lowercase triggers are looked for in a lowered
+copy)."""
+
+
+def _exact(
+    needs: str, triggers: dict[str, int]
+) -> tuple[re.Pattern[str], tuple[int, ...]]:
+    """One regex for `triggers`, each branch ending in an empty group.
+
+    A trigger holding one of `needs` is found from that character, with
+    the part before it as a lookbehind: then every branch starts with the
+    same literal, and `re` skips to it in C (a substring search per
+    trigger reads the whole text each time).
+    """
+    by_anchor: dict[str, list[str]] = {}
+    masks: list[int] = [0]
+    for trigger, rules in triggers.items():
+        at = min((i for i, c in enumerate(trigger) if c in needs), default=-1)
+        anchor = trigger[at] if at >= 0 else ""
+        head = f"(?<={re.escape(trigger[: at + 1])})" if at > 0 else ""
+        tail = re.escape(trigger[at + 1 :] if at >= 0 else trigger)
+        by_anchor.setdefault(anchor, []).append(f"{head}{tail}()")
+        masks.append(rules)
+    return (
+        re.compile(
+            "|".join(
+                f"{re.escape(anchor)}(?:{'|'.join(branches)})"
+                for anchor, branches in by_anchor.items()
+            )
+        ),
+        tuple(masks),
+    )
 
 
 def _probes(rules: tuple[Rule, ...]) -> tuple[_Probe, ...]:
@@ -265,17 +127,23 @@ def _probes(rules: tuple[Rule, ...]) -> tuple[_Probe, ...]:
                 )
             into = cased if rule.cased else lower
             into[trigger] = into.get(trigger, 0) | 1 << index
-    return tuple(
-        (
-            needs,
-            tuple(cased.items()),
-            tuple(lower.items()),
-            tuple((t.encode(), m) for t, m in lower.items()),
-            "".join(sorted({c.upper() for t in lower for c in t if c.isalpha()})),
-        )
-        for needs, (cased, lower) in groups.items()
-        if cased or lower
-    )
+    probes: list[_Probe] = []
+    for needs, (cased, lower) in groups.items():
+        exact, masks = _exact(needs, cased) if cased else (None, ())
+        if cased or lower:
+            probes.append(
+                (
+                    needs,
+                    exact,
+                    masks,
+                    tuple(lower.items()),
+                    tuple((t.encode(), m) for t, m in lower.items()),
+                    "".join(
+                        sorted({c.upper() for t in lower for c in t if c.isalpha()})
+                    ),
+                )
+            )
+    return tuple(probes)
 
 
 @attrs.define(eq=False)
@@ -380,16 +248,18 @@ class SecretScanner:
         """The rules whose pre-filter `text` passes (plus those without one)."""
         mask = self._always
         lowered: str | bytes | None = None
-        for needs, cased, lower, lower_b, upper in self._probes:
+        for needs, exact, masks, lower, lower_b, upper in self._probes:
             if needs:
                 for char in needs:
                     if char in text:
                         break
                 else:
                     continue
-            for trigger, rules in cased:
-                if trigger in text:
-                    mask |= rules
+            if exact is not None:
+                found = exact.search(text)
+                while found is not None:
+                    mask |= masks[found.lastindex or 0]
+                    found = exact.search(text, found.start() + 1)
             if not lower:
                 continue
             for char in upper:
@@ -488,11 +358,3 @@ def _next_context(whole: str) -> str:
         last = max(last, whole.rfind("\n"), whole.rfind("\t"))
     last = max(last, len(whole) - _OPEN_LIMIT)
     return whole[max(0, last - _LEAD) :]
-
-
-def rules_from(
-    patterns: Iterable[tuple[str, str]], *, high_entropy: bool
-) -> tuple[Rule, ...]:
-    """The default rules, then `patterns` (name, regex), then high entropy."""
-    extra = tuple(Rule(name, regex) for name, regex in patterns)
-    return (*DEFAULT_RULES, *extra, *((HIGH_ENTROPY,) if high_entropy else ()))
