@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound=SessionEvent)
+_SESSION_EVENT: Final = ("session", "event")
 
 
 def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E:
@@ -65,9 +66,12 @@ def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E
         RedactionError: an implementation raised or broke its contract.
     """
     current = event
-    for impl in list(reversed(impls)):
+    for impl in impls[::-1]:  # a copy: hooks may be (un)registered meanwhile
         try:
-            result = call_impl(impl, session=session, event=current)
+            if impl.argnames == _SESSION_EVENT:  # the usual signature: no kwargs
+                result = cast(object, impl.function(session, current))
+            else:
+                result = call_impl(impl, session=session, event=current)
         except Exception as exc:
             raise RedactionError(
                 f"redacting event {event.type!r} (seq {event.seq}) failed "
