@@ -1,22 +1,22 @@
-"""Finding credentials in text: the rules, their pre-filter, the combined pattern.
+"""Finding credentials in text: the pre-filter and the combined pattern.
 
-A `Rule` is a named regex plus the *triggers* that any text it matches must
-contain (`"eyJ"` for a JWT, `"token"` in any case for `token = ...`), and
-optionally characters of which a match holds at least one (`needs`: the
-`:` or `=` of an assignment). `SecretScanner.scan` first tests those with
-`in`: a single character is a `memchr`, a trigger one substring search in
-C. Only when a rule's test passes does the text take ONE compiled
-alternation of the rules that passed. Every branch of that alternation
-starts with a literal character (`Rule.search`), so Python's `re` skips in
-C to the positions where a secret could start. Text without any trigger
-(most of a conversation) costs a few `memchr`s and substring searches and
-is returned as the same object.
+A `Rule` (`turnkeep.secretrules`) is a named regex plus the *triggers* any
+text it matches must contain (`"eyJ"` for a JWT, `"token"` in any case for
+`token = ...`) and, optionally, characters of which a match holds at least
+one (`needs`: the `:` or `=` of an assignment). `SecretScanner.scan` tests
+those first: a needed character is a `memchr`; the exact triggers needing
+it are one regex whose branches all start with that character (`re` skips
+to it in C); lowercase triggers are substring searches. Only when a rule's
+test passes does the text take ONE compiled alternation of the rules that
+passed, whose branches each start with a literal character
+(`Rule.search`). Text without any trigger (most of a conversation) is
+returned as the same object.
 
-Case-insensitive triggers are searched in the text itself when it holds
-none of their letters in upper case (then a match would be there in lower
-case), else in one lowered copy. A rule without triggers (a user's
-pattern, the opt-in high-entropy rule) runs on every text.
-`turnkeep.redaction` decides which fields are scanned.
+Lowercase triggers are searched in the text itself when it holds none of
+their letters in upper case (a match would then be there in lower case),
+else in one lowered copy. A rule without triggers (a user's pattern, the
+opt-in high-entropy rule) runs on every text. `turnkeep.redaction` decides
+which fields are scanned.
 """
 
 from __future__ import annotations
