@@ -176,3 +176,14 @@ def test_a_trigger_json_would_escape_turns_the_json_check_off() -> None:
 def test_an_unsound_prefilter_is_a_configuration_error(rule: Rule) -> None:
     with pytest.raises(ConfigurationError):
         SecretScanner((rule,))
+
+
+def test_a_rule_with_triggers_but_no_lead_is_searched_in_the_whole_text() -> None:
+    # Its match may start anywhere before the trigger ("-" here), so the
+    # scanner cannot try only the places next to it.
+    ticket = Rule("ticket", r"\b[A-Z]{3,}-[0-9]{6}\b", triggers=("-",), cased=True)
+    scanner = SecretScanner((*DEFAULT_RULES, ticket))
+    text = "see OPSTEAM-123456 and token: hunter22x"
+    assert scanner.scan(text) == (
+        "see [REDACTED:ticket] and token: [REDACTED:secret-assignment]"
+    )

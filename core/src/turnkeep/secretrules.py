@@ -30,6 +30,9 @@ class Rule:
         needs: characters of which every match contains at least one
             (tested first: a `memchr` each); empty: no such test.
         cased: the triggers are found exactly as written.
+        lead: how far into a match its trigger starts, at most (`sk-`: 1);
+            then the regex runs only there, not over the whole text.
+            `None`: unknown.
         search: the same language as `regex`, written so that every
             top-level branch starts with a case-sensitive literal character
             (a word boundary moves behind it, as a lookbehind). Python's `re` then
@@ -46,6 +49,7 @@ class Rule:
     check: Callable[[str], bool] | None = None
     needs: str = ""
     cased: bool = False
+    lead: int | None = None
 
 
 def _bounded(first: str, rest: str) -> str:
@@ -70,13 +74,14 @@ _BEARER: Final = r"\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"
 _SK_TAIL: Final = r"k-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"
 
 
-def _assignment(words: str, *triggers: str) -> Rule:
+def _assignment(words: str, *triggers: str, lead: int = 0) -> Rule:
     return Rule(
         "secret-assignment",
         f"(?i)(?:{words}){_ASSIGNED}",
         triggers,
         _any_case(words, _ASSIGNED),
         needs=":=",
+        lead=lead,
     )
 
 
@@ -92,6 +97,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         ("-----BEGIN",),
         needs="-",
         cased=True,
+        lead=0,
     ),
     Rule(
         "aws-access-key",
@@ -100,6 +106,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _bounded("A", r"(?:KIA|SIA|GPA|IDA|ROA|NPA)[0-9A-Z]{16}\b"),
         needs="A",
         cased=True,
+        lead=0,
     ),
     Rule(
         "jwt",
@@ -108,6 +115,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _bounded("e", r"yJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
         needs="J",
         cased=True,
+        lead=0,
     ),
     Rule(
         "api-token",
@@ -116,6 +124,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "|".join(_bounded(c, _SK_TAIL) for c in "srp"),
         needs="-",
         cased=True,
+        lead=1,
     ),
     Rule(
         "api-token",
@@ -124,6 +133,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _bounded("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})"),
         needs="_",
         cased=True,
+        lead=0,
     ),
     Rule(
         "api-token",
@@ -132,6 +142,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _bounded("x", r"ox[abposr]-[A-Za-z0-9-]{10,}"),
         needs="-",
         cased=True,
+        lead=0,
     ),
     Rule(
         "api-token",
@@ -140,12 +151,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _bounded("A", r"Iza[0-9A-Za-z_-]{35}\b"),
         needs="A",
         cased=True,
+        lead=0,
     ),
     Rule(
         "bearer",
         rf"(?i)\bbearer{_BEARER}",
         ("bearer",),
         "|".join(_bounded(c, f"(?i:earer){_BEARER}") for c in "bB"),
+        lead=0,
     ),
     Rule(
         "url-password",
@@ -153,11 +166,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         ("://",),
         needs="@",
         cased=True,
+        lead=0,
     ),
     _assignment("password|passwd", "passw"),
     _assignment("secret", "secret"),
     _assignment("token", "token"),
-    _assignment("api_key|apikey|access_key", "_key", "apikey"),
+    _assignment("api_key|apikey|access_key", "_key", "apikey", lead=6),
 )
 """The credential shapes redacted by default.
 

@@ -22,7 +22,7 @@ which fields are scanned.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 
@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 
+_Text = TypeVar("_Text", str, bytes)
 _JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
 """Text that JSON encoders write as it is (no quote, backslash or control)."""
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
@@ -159,6 +160,11 @@ class SecretScanner:
     _regexes: tuple[re.Pattern[str], ...] = attrs.field(init=False, default=())
     _always: int = attrs.field(init=False, default=0)
     _probes: tuple[_Probe, ...] = attrs.field(init=False, default=())
+    _placed: tuple[tuple[int, bool, tuple[str, ...]], ...] = attrs.field(
+        init=False, default=()
+    )
+    """Per rule: lead, cased, triggers (for `_starts`)."""
+    _unled: int = attrs.field(init=False, default=0)
     _compiled: dict[int, re.Pattern[str]] = attrs.field(
         init=False, factory=dict[int, re.Pattern[str]]
     )
@@ -176,6 +182,12 @@ class SecretScanner:
                 self._always |= 1 << index
         self._regexes = tuple(regexes)
         self._probes = _probes(self.rules)
+        self._placed = tuple(
+            (rule.lead or 0, rule.cased, rule.triggers) for rule in self.rules
+        )
+        self._unled = self._always | sum(
+            1 << i for i, rule in enumerate(self.rules) if rule.lead is None
+        )
         self._pattern((1 << len(self.rules)) - 1)  # every rule compiles together
 
     def may_match(self, text: str) -> bool:
@@ -199,10 +211,62 @@ class SecretScanner:
 
     def scan(self, text: str) -> str:
         """Return `text` with every secret replaced (`text` itself if none)."""
-        mask = self._mask(text)
+        mask, lowered = self._prefilter(text)
         if not mask:
             return text
-        return self._pattern(mask).sub(lambda m: self._replace(m, mask), text)
+        starts = self._starts(text, mask, lowered)
+        if starts is None:
+            return self._pattern(mask).sub(lambda m: self._replace(m, mask), text)
+        # Every match starts within its rule's `lead` before one of its
+        # triggers, so trying those places in order finds the same matches
+        # as a search of the whole text, without reading all of it.
+        match = self._pattern(mask).match
+        pieces: list[str] = []
+        pos = 0
+        for start in starts:
+            if start < pos:
+                continue
+            found = match(text, start)
+            if found is None:
+                continue
+            pieces.append(text[pos:start])
+            pieces.append(self._replace(found, mask))
+            pos = found.end()
+        if not pieces:
+            return text
+        pieces.append(text[pos:])
+        return "".join(pieces)
+
+    def _starts(
+        self, text: str, mask: int, lowered: str | bytes | None
+    ) -> list[int] | None:
+        """Where a match of the rules in `mask` can start, in order.
+
+        `None` when a rule in `mask` has no `lead` (or no triggers).
+        `lowered` is the pre-filter's lowered copy; without one, the text
+        holds no upper-case letter of a lowercase trigger that was found.
+        """
+        if mask & self._unled:
+            return None
+        starts: set[int] = set()
+        for index, (lead, cased, triggers) in enumerate(self._placed):
+            if not mask >> index & 1:
+                continue
+            for trigger in triggers:
+                if cased or lowered is None:
+                    found = _all(text, trigger)
+                elif isinstance(lowered, str):
+                    found = _all(lowered, trigger)
+                else:
+                    # Lowered UTF-8: offsets back to characters by decoding
+                    # what comes before.
+                    found = [
+                        len(lowered[:at].decode("utf-8", "surrogatepass"))
+                        for at in _all(lowered, trigger.encode())
+                    ]
+                for at in found:
+                    starts.update(range(max(0, at - lead), at + 1))
+        return sorted(starts)
 
     def scan_continued(self, context: str, text: str) -> tuple[str, str]:
         """Scan `text` as the continuation of `context` (a streamed reply).
@@ -246,6 +310,10 @@ class SecretScanner:
 
     def _mask(self, text: str) -> int:
         """The rules whose pre-filter `text` passes (plus those without one)."""
+        return self._prefilter(text)[0]
+
+    def _prefilter(self, text: str) -> tuple[int, str | bytes | None]:
+        """`_mask`, and the lowered copy of `text` if one was made."""
         mask = self._always
         lowered: str | bytes | None = None
         for needs, exact, masks, lower, lower_b, upper in self._probes:
@@ -289,7 +357,7 @@ class SecretScanner:
                 for trigger_b, rules in lower_b:
                     if trigger_b in lowered:
                         mask |= rules
-        return mask
+        return mask, lowered
 
     def _pattern(self, mask: int) -> re.Pattern[str]:
         pattern = self._compiled.get(mask)
@@ -344,6 +412,16 @@ class SecretScanner:
         if end < match.end():
             return whole[: start - offset] + marker + whole[end - offset :]
         return whole[: start - offset] + marker
+
+
+def _all(haystack: _Text, needle: _Text) -> list[int]:
+    """Every position of `needle` in `haystack` (overlapping ones too)."""
+    found: list[int] = []
+    at = haystack.find(needle)  # pyright: ignore[reportArgumentType]
+    while at >= 0:
+        found.append(at)
+        at = haystack.find(needle, at + 1)  # pyright: ignore[reportArgumentType]
+    return found
 
 
 def _next_context(whole: str) -> str:
