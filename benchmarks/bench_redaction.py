@@ -270,11 +270,14 @@ def main() -> dict[str, Any]:
         worst = max(values[k] for k in ("redact_clean", "redact_triggered"))
         ratio = worst / values["jsonl_off"]
         verdict = "meets" if ratio <= 0.10 else "misses"
+        clean = values["redact_clean"] / values["jsonl_off"]
         print(
             f"redaction / turnkeep durable turn ({label}) = {worst:.1f} / "
             f"{values['jsonl_off']:.1f} us = {ratio:.3f} ({verdict} 0.10); "
+            f"clean turn {clean:.3f}; "
             f"on - off = {added:+.1f} us ({added / values['jsonl_off']:+.3f})"
         )
+        result[f"ratio_clean_{label}"] = clean
         result[f"ratio_{label}"] = ratio
     return result
 
