@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound=SessionEvent)
+_SESSION_EVENT: Final = ("session", "event")
 
 
 def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E:
@@ -65,9 +66,12 @@ def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E
         RedactionError: an implementation raised or broke its contract.
     """
     current = event
-    for impl in list(reversed(impls)):
+    for impl in impls[::-1]:  # a copy: hooks may be (un)registered meanwhile
         try:
-            result = call_impl(impl, session=session, event=current)
+            if impl.argnames == _SESSION_EVENT:  # the usual signature: no kwargs
+                result = cast(object, impl.function(session, current))
+            else:
+                result = call_impl(impl, session=session, event=current)
         except Exception as exc:
             raise RedactionError(
                 f"redacting event {event.type!r} (seq {event.seq}) failed "
@@ -130,7 +134,10 @@ _TEXT_FIELDS: Final[dict[type[SessionEvent], tuple[str, ...]]] = {
 names, numbers and statuses are the loop's own and are not scanned."""
 
 
-def _streams() -> weakref.WeakKeyDictionary[Session, str]:
+_json: Final = msgspec.json.Encoder().encode
+
+
+def _streams() -> weakref.WeakKeyDictionary[Session, list[str]]:
     return weakref.WeakKeyDictionary()
 
 
@@ -157,15 +164,18 @@ class SecretRedactor:
     extra: Iterable[tuple[str, str]] = ()
     high_entropy: bool = False
     _scanner: SecretScanner = attrs.field(init=False)
-    _streams: weakref.WeakKeyDictionary[Session, str] = attrs.field(
+    _json_prefilter: bool = attrs.field(init=False, default=False)
+    _streams: weakref.WeakKeyDictionary[Session, list[str]] = attrs.field(
         init=False, factory=_streams
     )
-    """Per session, the tail of the reply being streamed (see `_chunk`)."""
+    """Per session, the tail of the reply being streamed (see `_chunk`), in
+    a list that is updated in place (cheaper than storing a new key)."""
 
     def __attrs_post_init__(self) -> None:
         self._scanner = SecretScanner(
             rules_from(self.extra, high_entropy=self.high_entropy)
         )
+        self._json_prefilter = self._scanner.json_safe
 
     def text(self, value: str) -> str:
         """Return `value` with every secret replaced by its marker."""
@@ -200,7 +210,7 @@ class SecretRedactor:
                 cleaned = scan(value)
                 if cleaned is not value and cleaned != value:
                     changes[name] = cleaned
-            elif value is not None:
+            elif value is not None and self._may_hold_secrets(value):
                 cleaned, changed = self._walk(value)
                 if changed:
                     changes[name] = cleaned
@@ -215,10 +225,10 @@ class SecretRedactor:
     ) -> SessionEvent | None:
         # A secret can straddle streamed pieces ("Bearer " | "abc..."), so
         # each piece is scanned after the tail of the ones before it.
-        context = self._streams.get(session, "")
-        cleaned, self._streams[session] = self._scanner.scan_continued(
-            context, data.text
-        )
+        stream = self._streams.get(session)
+        if stream is None:
+            stream = self._streams[session] = [""]
+        cleaned, stream[0] = self._scanner.scan_continued(stream[0], data.text)
         if cleaned is data.text:
             return None
         return msgspec.structs.replace(event, data=AssistantChunkData(text=cleaned))
@@ -228,6 +238,21 @@ class SecretRedactor:
         """Redact metadata text."""
         cleaned = self.text(text)
         return cleaned if cleaned != text else None
+
+    def _may_hold_secrets(self, value: object) -> bool:
+        """Whether a structure (tool arguments) needs its strings walked.
+
+        One JSON encoding and one pre-filter pass instead of a scan per
+        string: a string's triggers are in the JSON as they are
+        (`SecretScanner.json_safe`).
+        """
+        if not self._json_prefilter:
+            return True
+        try:
+            encoded = _json(value)
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
+            return True  # the walk decides
+        return self._scanner.may_match(encoded.decode("utf-8", "surrogatepass"))
 
     def _walk(self, value: Any) -> tuple[Any, bool]:
         if isinstance(value, str):

@@ -1,176 +1,46 @@
-"""Finding credentials in text: the rules, their pre-filter, the combined pattern.
+"""Finding credentials in text: the pre-filter and the combined pattern.
 
-A `Rule` is a named regex plus, optionally, the lowercase *triggers* that
-any text it matches must contain (`"eyj"` for a JWT). `SecretScanner.scan`
-first looks for the triggers with `in` (C-speed substring search), then runs
-ONE compiled alternation of the rules without triggers and those whose
-triggers were found. Every branch of that alternation starts with a literal
-character (`Rule.search`), so Python's `re` skips in C to the positions
-where a secret could start; most text costs a handful of substring searches
-and one such skip.
+A `Rule` (`turnkeep.secretrules`) is a named regex plus the *triggers* any
+text it matches must contain (`"eyJ"` for a JWT, `"token"` in any case for
+`token = ...`) and, optionally, characters of which a match holds at least
+one (`needs`: the `:` or `=` of an assignment). `SecretScanner.scan` tests
+those first: a needed character is a `memchr`; the exact triggers needing
+it are one regex whose branches all start with that character (`re` skips
+to it in C); lowercase triggers are substring searches. Only when a rule's
+test passes does the text take ONE compiled alternation of the rules that
+passed, whose branches each start with a literal character
+(`Rule.search`). Text without any trigger (most of a conversation) is
+returned as the same object.
 
-A rule without triggers runs on every text: the default rules that start
-with a rare character, the opt-in high-entropy rule, a user's pattern.
-`turnkeep.redaction` decides which fields are scanned.
+Lowercase triggers are searched in the text itself when it holds none of
+their letters in upper case (a match would then be there in lower case),
+else in one lowered copy. A rule without triggers (a user's pattern, the
+opt-in high-entropy rule) runs on every text. `turnkeep.redaction` decides
+which fields are scanned.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 
 from turnkeep.errors import ConfigurationError
+from turnkeep.secretrules import DEFAULT_RULES, HIGH_ENTROPY, Rule, rules_from
 
-__all__ = ["DEFAULT_RULES", "HIGH_ENTROPY", "Rule", "SecretScanner"]
-
-
-@attrs.frozen
-class Rule:
-    """One kind of secret.
-
-    Attributes:
-        name: the kind, shown in the marker `[REDACTED:<name>]`.
-        regex: what to replace. A group named `secret` replaces only that
-            group (keeping, say, `Bearer `). A leading `(?i)` is allowed.
-        triggers: lowercase substrings of which every match contains at
-            least one; empty means the rule runs on every text.
-        search: the same language as `regex`, written so that every
-            top-level branch starts with a case-sensitive literal character
-            (a word boundary moves behind it, as a lookbehind). Python's `re` then
-            skips every position that cannot start a match in C, which makes
-            the combined pass several times faster. Defaults to `regex`.
-        check: called with the matched text; returns whether to replace it
-            (the high-entropy rule measures the token).
-    """
-
-    name: str
-    regex: str
-    triggers: tuple[str, ...] = ()
-    search: str | None = None
-    check: Callable[[str], bool] | None = None
+__all__ = [
+    "DEFAULT_RULES",
+    "HIGH_ENTROPY",
+    "Rule",
+    "SecretScanner",
+    "rules_from",
+]
 
 
-def _bounded(first: str, rest: str) -> str:
-    """`<first><rest>` after a word boundary, starting with its literal."""
-    return f"{first}(?<=\\b{first}){rest}"
-
-
-def _any_case(words: str, rest: str) -> str:
-    """`(?i)(?:<words>)<rest>` as branches that each start with a literal."""
-    heads: dict[str, list[str]] = {}
-    for word in words.split("|"):
-        heads.setdefault(word[0].lower(), []).append(word[1:])
-    return "|".join(
-        f"{head}(?i:{'|'.join(tails)}){rest}"
-        for first, tails in heads.items()
-        for head in (first, first.upper())
-    )
-
-
-_ASSIGNED: Final = r"""["']?\s{0,3}[:=]\s{0,3}["']?(?P<secret>[^\s"',;]{6,})"""
-_BEARER: Final = r"\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"
-_SK_TAIL: Final = r"k-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"
-
-
-def _assignment(words: str, *triggers: str) -> Rule:
-    return Rule(
-        "secret-assignment",
-        f"(?i)(?:{words}){_ASSIGNED}",
-        triggers,
-        _any_case(words, _ASSIGNED),
-    )
-
-
-DEFAULT_RULES: Final[tuple[Rule, ...]] = (
-    Rule(
-        "private-key",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
-        r"(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)",
-        (),
-    ),
-    Rule(
-        "aws-access-key",
-        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b",
-        (),
-        _bounded("A", r"(?:KIA|SIA|GPA|IDA|ROA|NPA)[0-9A-Z]{16}\b"),
-    ),
-    Rule(
-        "jwt",
-        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-        ("eyj",),
-        _bounded("e", r"yJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ),
-    Rule(
-        "api-token",
-        rf"\b[srp]{_SK_TAIL}",
-        ("k-",),
-        "|".join(_bounded(c, _SK_TAIL) for c in "srp"),
-    ),
-    Rule(
-        "api-token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
-        (),
-        _bounded("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})"),
-    ),
-    Rule(
-        "api-token",
-        r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-        (),
-        _bounded("x", r"ox[abposr]-[A-Za-z0-9-]{10,}"),
-    ),
-    Rule(
-        "api-token",
-        r"\bAIza[0-9A-Za-z_-]{35}\b",
-        (),
-        _bounded("A", r"Iza[0-9A-Za-z_-]{35}\b"),
-    ),
-    Rule(
-        "bearer",
-        rf"(?i)\bbearer{_BEARER}",
-        (),
-        "|".join(_bounded(c, f"(?i:earer){_BEARER}") for c in "bB"),
-    ),
-    Rule("url-password", r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@"),
-    _assignment("password|passwd", "passw"),
-    _assignment("secret", "secret"),
-    _assignment("token", "token"),
-    _assignment("api_key|apikey|access_key", "key"),
-)
-"""The credential shapes redacted by default.
-
-Rules whose search form starts with a character that is rare in prose (`-`,
-`A`, `:`, `x`, `b`, `g`) have no triggers: the combined pass skips to those
-characters in C, which is cheaper than looking for their triggers. Rules
-that start with a common letter (`sk-`, `eyJ`, `token`) have triggers."""
-
-_ENTROPY_BITS: Final = 4.0
-
-
-def _random_looking(token: str) -> bool:
-    if not (
-        any(c.isdigit() for c in token)
-        and any(c.isupper() for c in token)
-        and any(c.islower() for c in token)
-    ):
-        return False
-    counts = Counter(token)
-    total = len(token)
-    bits = -sum(c / total * math.log2(c / total) for c in counts.values())
-    return bits >= _ENTROPY_BITS
-
-
-HIGH_ENTROPY: Final = Rule(
-    "high-entropy",
-    r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}",
-    check=_random_looking,
-)
-"""Opt-in: 32+ characters of mixed case and digits with high entropy."""
-
+_Text = TypeVar("_Text", str, bytes)
+_JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
+"""Text that JSON encoders write as it is (no quote, backslash or control)."""
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
 _CACHE_LIMIT: Final = 256
 _LEAD: Final = 64
@@ -189,6 +59,94 @@ def _branches(rule: Rule) -> str:
     return body
 
 
+_Probe = tuple[
+    str,
+    "re.Pattern[str] | None",
+    tuple[int, ...],
+    tuple[tuple[str, int], ...],
+    tuple[tuple[bytes, int], ...],
+    str,
+]
+"""One pre-filter test: characters one of which must be there; one regex
+finding the exact triggers (its match's `lastindex` indexes their rules);
+lowercase triggers (and as UTF-8), and the upper-case letters of those
+(any of them there: the lowercase triggers are looked for in a lowered
+copy)."""
+
+
+def _exact(
+    needs: str, triggers: dict[str, int]
+) -> tuple[re.Pattern[str], tuple[int, ...]]:
+    """One regex for `triggers`, each branch ending in an empty group.
+
+    A trigger holding one of `needs` is found from that character, with
+    the part before it as a lookbehind: then every branch starts with the
+    same literal, and `re` skips to it in C (a substring search per
+    trigger reads the whole text each time).
+    """
+    by_anchor: dict[str, list[str]] = {}
+    masks: list[int] = [0]
+    for trigger, rules in triggers.items():
+        at = min((i for i, c in enumerate(trigger) if c in needs), default=-1)
+        anchor = trigger[at] if at >= 0 else ""
+        head = f"(?<={re.escape(trigger[: at + 1])})" if at > 0 else ""
+        tail = re.escape(trigger[at + 1 :] if at >= 0 else trigger)
+        by_anchor.setdefault(anchor, []).append(f"{head}{tail}()")
+        masks.append(rules)
+    return (
+        re.compile(
+            "|".join(
+                f"{re.escape(anchor)}(?:{'|'.join(branches)})"
+                for anchor, branches in by_anchor.items()
+            )
+        ),
+        tuple(masks),
+    )
+
+
+def _probes(rules: tuple[Rule, ...]) -> tuple[_Probe, ...]:
+    """The pre-filter of `rules`: one test per distinct `needs`.
+
+    Raises:
+        ConfigurationError: a rule has `needs` but no triggers, or a
+            trigger that is not found in any case is not lowercase ASCII.
+    """
+    groups: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    for index, rule in enumerate(rules):
+        if rule.needs and not rule.triggers:
+            raise ConfigurationError(
+                f"redaction rule {rule.name!r} has `needs` but no triggers"
+            )
+        cased, lower = groups.setdefault(rule.needs, ({}, {}))
+        for trigger in rule.triggers:
+            if not trigger or not (
+                rule.cased or (trigger.isascii() and trigger == trigger.lower())
+            ):
+                raise ConfigurationError(
+                    f"redaction rule {rule.name!r}: trigger {trigger!r} must be "
+                    "non-empty lowercase ASCII (or the rule `cased`)"
+                )
+            into = cased if rule.cased else lower
+            into[trigger] = into.get(trigger, 0) | 1 << index
+    probes: list[_Probe] = []
+    for needs, (cased, lower) in groups.items():
+        exact, masks = _exact(needs, cased) if cased else (None, ())
+        if cased or lower:
+            probes.append(
+                (
+                    needs,
+                    exact,
+                    masks,
+                    tuple(lower.items()),
+                    tuple((t.encode(), m) for t, m in lower.items()),
+                    "".join(
+                        sorted({c.upper() for t in lower for c in t if c.isalpha()})
+                    ),
+                )
+            )
+    return tuple(probes)
+
+
 @attrs.define(eq=False)
 class SecretScanner:
     """Replaces every match of its rules with `[REDACTED:<name>]` in one pass.
@@ -201,14 +159,17 @@ class SecretScanner:
     rules: tuple[Rule, ...]
     _regexes: tuple[re.Pattern[str], ...] = attrs.field(init=False, default=())
     _always: int = attrs.field(init=False, default=0)
-    _triggers: tuple[tuple[str, int], ...] = attrs.field(init=False, default=())
-    _triggers_b: tuple[tuple[bytes, int], ...] = attrs.field(init=False, default=())
+    _probes: tuple[_Probe, ...] = attrs.field(init=False, default=())
+    _placed: tuple[tuple[int, bool, tuple[str, ...]], ...] = attrs.field(
+        init=False, default=()
+    )
+    """Per rule: lead, cased, triggers (for `_starts`)."""
+    _unled: int = attrs.field(init=False, default=0)
     _compiled: dict[int, re.Pattern[str]] = attrs.field(
         init=False, factory=dict[int, re.Pattern[str]]
     )
 
     def __attrs_post_init__(self) -> None:
-        by_trigger: dict[str, int] = {}
         regexes: list[re.Pattern[str]] = []
         for index, rule in enumerate(self.rules):
             try:
@@ -219,19 +180,93 @@ class SecretScanner:
                 ) from exc
             if not rule.triggers:
                 self._always |= 1 << index
-            for trigger in rule.triggers:
-                by_trigger[trigger] = by_trigger.get(trigger, 0) | 1 << index
         self._regexes = tuple(regexes)
-        self._triggers = tuple(by_trigger.items())
-        self._triggers_b = tuple((t.encode(), m) for t, m in by_trigger.items())
+        self._probes = _probes(self.rules)
+        self._placed = tuple(
+            (rule.lead or 0, rule.cased, rule.triggers) for rule in self.rules
+        )
+        self._unled = self._always | sum(
+            1 << i for i, rule in enumerate(self.rules) if rule.lead is None
+        )
         self._pattern((1 << len(self.rules)) - 1)  # every rule compiles together
+
+    def may_match(self, text: str) -> bool:
+        """Whether a rule's pre-filter passes on `text`.
+
+        Always, with a rule without triggers; if not, `scan` finds nothing
+        in any part of `text`. When `json_safe`, no trigger or needed
+        character is escaped in JSON, so a value whose JSON does not pass
+        holds no string with anything to redact.
+        """
+        return self._mask(text) != 0
+
+    @property
+    def json_safe(self) -> bool:
+        """Whether no trigger or needed character changes in JSON."""
+        return all(
+            _JSON_PLAIN.fullmatch(t) is not None
+            for rule in self.rules
+            for t in (*rule.triggers, rule.needs)
+        )
 
     def scan(self, text: str) -> str:
         """Return `text` with every secret replaced (`text` itself if none)."""
-        mask = self._mask(text)
+        mask, lowered = self._prefilter(text)
         if not mask:
             return text
-        return self._pattern(mask).sub(lambda m: self._replace(m, mask), text)
+        starts = self._starts(text, mask, lowered)
+        if starts is None:
+            return self._pattern(mask).sub(lambda m: self._replace(m, mask), text)
+        # Every match starts within its rule's `lead` before one of its
+        # triggers, so trying those places in order finds the same matches
+        # as a search of the whole text, without reading all of it.
+        match = self._pattern(mask).match
+        pieces: list[str] = []
+        pos = 0
+        for start in starts:
+            if start < pos:
+                continue
+            found = match(text, start)
+            if found is None:
+                continue
+            pieces.append(text[pos:start])
+            pieces.append(self._replace(found, mask))
+            pos = found.end()
+        if not pieces:
+            return text
+        pieces.append(text[pos:])
+        return "".join(pieces)
+
+    def _starts(
+        self, text: str, mask: int, lowered: str | bytes | None
+    ) -> list[int] | None:
+        """Where a match of the rules in `mask` can start, in order.
+
+        `None` when a rule in `mask` has no `lead` (or no triggers).
+        `lowered` is the pre-filter's lowered copy; without one, the text
+        holds no upper-case letter of a lowercase trigger that was found.
+        """
+        if mask & self._unled:
+            return None
+        starts: set[int] = set()
+        for index, (lead, cased, triggers) in enumerate(self._placed):
+            if not mask >> index & 1:
+                continue
+            for trigger in triggers:
+                if cased or lowered is None:
+                    found = _all(text, trigger)
+                elif isinstance(lowered, str):
+                    found = _all(lowered, trigger)
+                else:
+                    # Lowered UTF-8: offsets back to characters by decoding
+                    # what comes before.
+                    found = [
+                        len(lowered[:at].decode("utf-8", "surrogatepass"))
+                        for at in _all(lowered, trigger.encode())
+                    ]
+                for at in found:
+                    starts.update(range(max(0, at - lead), at + 1))
+        return sorted(starts)
 
     def scan_continued(self, context: str, text: str) -> tuple[str, str]:
         """Scan `text` as the continuation of `context` (a streamed reply).
@@ -274,21 +309,55 @@ class SecretScanner:
         return redacted, _next_context(whole)
 
     def _mask(self, text: str) -> int:
-        """The rules whose triggers `text` holds (plus those without any)."""
+        """The rules whose pre-filter `text` passes (plus those without one)."""
+        return self._prefilter(text)[0]
+
+    def _prefilter(self, text: str) -> tuple[int, str | bytes | None]:
+        """`_mask`, and the lowered copy of `text` if one was made."""
         mask = self._always
-        if text.isascii():
-            probe = text.lower()
-            for trigger, rules in self._triggers:
-                if trigger in probe:
-                    mask |= rules
-        else:
-            # Substring search on UCS-4 text is several times slower than on
-            # bytes; the triggers are ASCII, so UTF-8 finds the same ones.
-            probe_b = text.encode("utf-8", "surrogatepass").lower()
-            for trigger_b, rules in self._triggers_b:
-                if trigger_b in probe_b:
-                    mask |= rules
-        return mask
+        lowered: str | bytes | None = None
+        for needs, exact, masks, lower, lower_b, upper in self._probes:
+            if needs:
+                for char in needs:
+                    if char in text:
+                        break
+                else:
+                    continue
+            if exact is not None:
+                found = exact.search(text)
+                while found is not None:
+                    mask |= masks[found.lastindex or 0]
+                    found = exact.search(text, found.start() + 1)
+            if not lower:
+                continue
+            for char in upper:
+                if char in text:
+                    break
+            else:
+                # None of the triggers' letters is upper case here, so a
+                # trigger in any case is one in lower case.
+                for trigger, rules in lower:
+                    if trigger in text:
+                        mask |= rules
+                continue
+            if lowered is None:
+                # Substring search on UCS-2/4 text is slower than on bytes,
+                # and lowering it slower still; the triggers are ASCII, so
+                # lowered UTF-8 finds the same ones.
+                lowered = (
+                    text.lower()
+                    if text.isascii()
+                    else text.encode("utf-8", "surrogatepass").lower()
+                )
+            if isinstance(lowered, str):
+                for trigger, rules in lower:
+                    if trigger in lowered:
+                        mask |= rules
+            else:
+                for trigger_b, rules in lower_b:
+                    if trigger_b in lowered:
+                        mask |= rules
+        return mask, lowered
 
     def _pattern(self, mask: int) -> re.Pattern[str]:
         pattern = self._compiled.get(mask)
@@ -345,21 +414,25 @@ class SecretScanner:
         return whole[: start - offset] + marker
 
 
+def _all(haystack: _Text, needle: _Text) -> list[int]:
+    """Every position of `needle` in `haystack` (overlapping ones too)."""
+    found: list[int] = []
+    at = haystack.find(needle)  # pyright: ignore[reportArgumentType]
+    while at >= 0:
+        found.append(at)
+        at = haystack.find(needle, at + 1)  # pyright: ignore[reportArgumentType]
+    return found
+
+
 def _next_context(whole: str) -> str:
     """What the next streamed piece is scanned after.
 
     The word still being written at the end of `whole` (a key, a URL, a JWT
     split anywhere), with `_LEAD` characters before it.
     """
-    last = len(whole) - _OPEN_LIMIT
-    for space in (" ", "\n", "\t"):
-        last = max(last, whole.rfind(space))
+    last = whole.rfind(" ")
+    tail = whole[last + 1 :]
+    if "\n" in tail or "\t" in tail:  # rare: a later newline or tab
+        last = max(last, whole.rfind("\n"), whole.rfind("\t"))
+    last = max(last, len(whole) - _OPEN_LIMIT)
     return whole[max(0, last - _LEAD) :]
-
-
-def rules_from(
-    patterns: Iterable[tuple[str, str]], *, high_entropy: bool
-) -> tuple[Rule, ...]:
-    """The default rules, then `patterns` (name, regex), then high entropy."""
-    extra = tuple(Rule(name, regex) for name, regex in patterns)
-    return (*DEFAULT_RULES, *extra, *((HIGH_ENTROPY,) if high_entropy else ()))
