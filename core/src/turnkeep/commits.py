@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import attrs
@@ -25,9 +25,14 @@ _log: Final = logging.getLogger("turnkeep")
 
 @attrs.define(eq=False)
 class CommitReporter:
-    """Reports newly durable ranges through a `session_committed` caller."""
+    """Reports newly durable ranges through a `session_committed` caller.
+
+    `observers`, when given, is the hook's live list of implementations
+    (`turnkeep._pluggy.live_impls`): while it is empty the call is skipped.
+    """
 
     _emit: Callable[..., object]
+    _observers: Sequence[object] | None = None
     _reported: weakref.WeakKeyDictionary[Session, int] = attrs.field(
         init=False, factory=weakref.WeakKeyDictionary[Session, int]
     )
@@ -40,6 +45,8 @@ class CommitReporter:
         # Advanced before the call: an observer that flushes again (or
         # fails) cannot have the range reported twice.
         self._reported[session] = count
+        if self._observers is not None and not self._observers:
+            return  # nobody listens: skip the hook call (this is per flush)
         try:
             self._emit(session=session, first_seq=start, last_seq=count - 1)
         except Exception:  # noqa: BLE001 - a durable flush must not look failed

@@ -24,7 +24,13 @@ import pluggy
 from pluggy import HookImpl
 
 from turnkeep import memory
-from turnkeep._pluggy import await_all, direct_caller, live_impls, refuse_awaitables
+from turnkeep._pluggy import (
+    FAST_PATH,
+    await_all,
+    direct_caller,
+    live_impls,
+    refuse_awaitables,
+)
 from turnkeep.backends import BackendEntry, load_entry_points
 from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventCodec
@@ -93,7 +99,8 @@ class Host:
         self.sessions = SessionStore(self, clock=self.clock)
         self._event_hook = direct_caller(self.pm, "session_event")
         self._redactors = live_impls(self.pm, "redact_event")
-        self._commits = CommitReporter(self.pm.hook.session_committed)
+        observers = live_impls(self.pm, "session_committed") if FAST_PATH else None
+        self._commits = CommitReporter(self.pm.hook.session_committed, observers)
 
     @property
     def config(self) -> Config:
