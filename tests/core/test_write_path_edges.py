@@ -39,7 +39,13 @@ class Controlled(MemoryPersistence):
             await asyncio.sleep(self.create_delay)
         await super().create(meta)
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.hole_refusals and len(events) > 1:
             self.hole_refusals -= 1
             at = events[1].seq
@@ -49,7 +55,7 @@ class Controlled(MemoryPersistence):
                 expected=at,
                 got=at,
             )
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
         if self.lose_acks:
             self.lose_acks -= 1
             raise StorageError("connection reset after commit")
