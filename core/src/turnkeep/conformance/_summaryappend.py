@@ -48,7 +48,8 @@ class SummaryAppendContract(BackendHarness):
         numbers: tuple[int, int, int],
     ) -> None:
         loaded = await backend.load(session_id)
-        assert _fields(loaded.meta.summary) == want, "load"
+        got = _fields(loaded.meta.summary)
+        assert got == want, f"load shows {got}, not {want}"
         assert self.numbers_of(loaded.meta.summary) == numbers, "load numbers"
         listed = [m for m in (await backend.list()).items if m.id == session_id]
         assert [_fields(m.summary) for m in listed] == [want], "list"
