@@ -100,7 +100,6 @@ class TestPostgresBackend(PersistenceContract):
     supports_byte_scan = True
     supports_lost_acknowledgement = True
     supports_held = True
-    supports_summary_append = False  # not yet: its summaries cost an update
     supports_owner_death = True
 
     @pytest.fixture
