@@ -55,7 +55,6 @@ class TestJsonlBackend(PersistenceContract):
     supports_byte_scan = True
     supports_lost_acknowledgement = True
     supports_held = True
-    supports_summary_append = False  # not yet: its summaries cost an update
     supports_owner_death = True
 
     @pytest.fixture

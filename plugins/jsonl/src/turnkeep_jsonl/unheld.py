@@ -314,7 +314,15 @@ class Unheld:
 def loaded_session(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
     """What `load` returns for a verified scan (events collected) and sidecar."""
     state = result.state
-    numbers = Numbers(state.seq, state.time, state.turns, state.size, state.released)
+    numbers = Numbers(
+        state.seq,
+        state.time,
+        state.turns,
+        state.size,
+        state.released,
+        state.said,
+        state.said_flush,
+    )
     summary = merge_summary(sidecar, numbers)
     meta = SessionMeta(header=core_header(result.header), summary=summary)
     return LoadedSession(meta=meta, events=result.events)
