@@ -133,3 +133,18 @@ async def test_a_takeover_keeps_what_the_old_owners_log_said(
     assert await seen(open_backend()) == ["in the log", "in the log"]
     await heir.aclose()
     assert await seen(open_backend()) == ["in the log", "in the log"]
+
+
+async def test_a_bystanders_update_wins_over_what_the_log_said_before_it(
+    open_backend: Open,
+) -> None:
+    owner = open_backend()
+    await owner.create(meta("s"))
+    first = batch(0, 0)
+    await owner.append("s", first, summary=titled("said by the owner"))
+    await open_backend().update("s", titled("bystander"))
+    assert await seen(open_backend()) == ["bystander", "bystander"]
+    await owner.append("s", batch(len(first), 1))  # points back at the old line
+    assert await seen(open_backend()) == ["bystander", "bystander"]
+    await owner.release("s")
+    assert await seen(open_backend()) == ["bystander", "bystander"]

@@ -113,7 +113,7 @@ def open_stored(
         dev=st.st_dev,
         ino=st.st_ino,
     )
-    if sidecar is None or result.state.said_flush > sidecar.flush:
+    if sidecar is None or result.state.said_flush > sidecar.rank:
         # A commit line said it after the sidecar was written: the claim
         # brings the sidecar up to date (see `Operations._claim`).
         handle.said_flush = result.state.said_flush

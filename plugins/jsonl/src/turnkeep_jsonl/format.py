@@ -187,8 +187,16 @@ class Commit(
 Control: TypeAlias = Owner | Release | Commit
 
 
-class Sidecar(msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True):
-    """The summary file: mutable metadata plus the durable watermark."""
+class Sidecar(
+    msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True, omit_defaults=True
+):
+    """The summary file: mutable metadata plus the durable watermark.
+
+    `said_flush`, when present, is the unit the summary is as new as (a
+    non-owner's `update`, which keeps the watermark `flush` as it was, still
+    replaces what the log's commit lines said up to that unit); absent, it
+    is `flush`. See `rank`.
+    """
 
     format_version: int
     id: str
@@ -196,6 +204,12 @@ class Sidecar(msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True):
     flush: int
     seq: int
     summary: SessionSummary
+    said_flush: int | None = None
+
+    @property
+    def rank(self) -> int:
+        """The unit the summary is as new as (compared with a commit's `said`)."""
+        return self.flush if self.said_flush is None else self.said_flush
 
 
 class _Probe(msgspec.Struct):

@@ -106,6 +106,7 @@ class Numbers:
         said: the summary the log's last summary-carrying commit line said
             (as far as the reader looked: see `log_numbers`).
         said_flush: the unit number of that commit line (0: none).
+        flush: the number of the log's last unit.
     """
 
     seq: int = 0
@@ -115,6 +116,7 @@ class Numbers:
     released: bool = False
     said: Said | None = None
     said_flush: int = 0
+    flush: int = 0
 
 
 def merge_summary(sidecar: Sidecar | None, numbers: Numbers) -> SessionSummary:
@@ -128,7 +130,7 @@ def merge_summary(sidecar: Sidecar | None, numbers: Numbers) -> SessionSummary:
     """
     summary = sidecar.summary if sidecar is not None else SessionSummary()
     said = numbers.said
-    if said is not None and (sidecar is None or numbers.said_flush > sidecar.flush):
+    if said is not None and (sidecar is None or numbers.said_flush > sidecar.rank):
         summary = SessionSummary(
             updated_at=max(summary.updated_at, said.updated_at),
             title=said.title,
@@ -171,6 +173,7 @@ def log_numbers(
             released,
             said,
             said_flush,
+            control.flush,
         )
     try:
         result = scan_log(
@@ -187,6 +190,7 @@ def log_numbers(
         state.released,
         state.said,
         state.said_flush,
+        state.flush,
     )
 
 

@@ -300,6 +300,9 @@ class Unheld:
                 flush=old.flush if old is not None else 0,
                 seq=old.seq if old is not None else 0,
                 summary=new,
+                # Newer than anything the log said so far (the watermark
+                # stays: only an owner vouches for what was fsynced).
+                said_flush=max(numbers.flush, old.rank if old is not None else 0),
             )
             self.store.write_atomic(gfd, stem + SIDECAR_SUFFIX, encode_sidecar(sidecar))
             self.catalog.append(

@@ -385,8 +385,10 @@ def release(store: Store, handle: Handle, *, max_line: int) -> None:
                 # Keep a summary another process stored meanwhile (by `update`).
                 # (Unless this owner's commit lines said one after it.)
                 disk = read_sidecar(ops, handle.gfd, handle.stem, handle.header)
-                newer = disk is not None and disk.flush >= handle.said_flush
-                summary = disk.summary if disk is not None and newer else handle.summary
+                newer = disk is not None and disk.rank >= handle.said_flush
+                if disk is not None and newer:
+                    handle.summary = disk.summary  # the catalog's line too
+                summary = handle.summary
                 write_sidecar(store, handle, summary)
             except OSError as exc:
                 error = poison(handle, exc, "releasing it")
