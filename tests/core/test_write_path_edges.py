@@ -208,6 +208,29 @@ async def test_a_lost_acknowledgement_of_the_first_flush_is_settled() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_summary_whose_flush_had_landed_unacknowledged_is_stored_apart() -> (
+    None
+):
+    plugin = ControlledPlugin()
+    async with Host(make_config(persistence="controlled"), plugins=[plugin]) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="one"))
+        await session.flush()
+        session.set_summary(title="first")
+        session.append(UserMessageData(text="two"))
+        plugin.instances[0].lose_acks = 1  # lands with "first", reports failure
+        with pytest.raises(FlushError):
+            await session.flush()
+        # The retry learns the whole batch had landed: nothing is left for
+        # the newer summary to ride along with, so it is stored on its own.
+        session.set_summary(title="second")
+        await session.flush()
+        stored = plugin.storage.sessions["s"].meta.summary
+        assert stored.title == "second"
+        assert texts(host, plugin.storage, "s") == ["one", "two"]
+
+
+@pytest.mark.asyncio
 async def test_after_aclose_nothing_pretends_to_be_durable() -> None:
     plugin = ControlledPlugin()
     host = Host(make_config(persistence="controlled"), plugins=[plugin])
