@@ -148,3 +148,11 @@ async def test_a_bystanders_update_wins_over_what_the_log_said_before_it(
     assert await seen(open_backend()) == ["bystander", "bystander"]
     await owner.release("s")
     assert await seen(open_backend()) == ["bystander", "bystander"]
+
+
+async def test_salvage_reads_what_the_log_said(open_backend: Open) -> None:
+    owner = open_backend()
+    await owner.create(meta("s", title="created"))
+    await owner.append("s", batch(0, 0), summary=titled("said"))
+    intact = await open_backend().read_intact("s")
+    assert intact.meta.summary.title == "said"
