@@ -33,6 +33,7 @@ import pluggy
 
 from benchmarks.workload import K, Workload
 from turnkeep import Config, Host, SessionEvent, hookimpl
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import MemoryPersistence
 
@@ -72,7 +73,13 @@ class _Sink(MemoryPersistence):
 
     acknowledged: int = 0
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         self.acknowledged += len(events)
 
 

@@ -15,7 +15,7 @@ BROKEN = textwrap.dedent(
         AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
         HeldContract, IdsContract,
         ListContract, LoadContract, MetadataContract, OwnershipContract,
-        SessionsContract, UnknownOutcomeContract,
+        SessionsContract, SummaryAppendContract, UnknownOutcomeContract,
     )
     from turnkeep.errors import StorageError
     from turnkeep.ids import validate_session_id
@@ -65,6 +65,22 @@ BROKEN = textwrap.dedent(
                     stored.meta.summary, title=None, status="active", first_prompt=None
                 )
                 stored.meta = msgspec.structs.replace(stored.meta, summary=fresh)
+
+
+    class DropsAppendedSummary(MemoryPersistence):
+        """Stores an append's records but not the summary that came with them."""
+
+        async def append(self, session_id, events, *, summary=None):
+            await super().append(session_id, events)
+
+
+    class StoresSummaryApart(MemoryPersistence):
+        """Stores an append's summary first, as a separate write."""
+
+        async def append(self, session_id, events, *, summary=None):
+            if summary is not None:
+                await self.update(session_id, summary)
+            await super().append(session_id, events)
 
 
     class TakesCallersNumbers(MemoryPersistence):
@@ -290,6 +306,20 @@ BROKEN = textwrap.dedent(
             return lambda: LosesSummaryOnAppend(storage)
 
 
+    class TestDropsAppendedSummary(SummaryAppendContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: DropsAppendedSummary(storage)
+
+
+    class TestStoresSummaryApart(SummaryAppendContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: StoresSummaryApart(storage)
+
+
     class TestTakesCallersNumbers(MetadataContract):
         @pytest.fixture
         def make_backend(self):
@@ -451,6 +481,15 @@ EXPECTED_FAILURES = {
         "test_summary_survives_later_appends",
         "test_update_before_the_first_flush_lands_with_it",
         "test_turns_and_size_are_the_backends_not_the_callers",
+    },
+    "TestDropsAppendedSummary": {
+        "test_an_append_lands_its_summary_with_its_records",
+        "test_the_first_flush_lands_its_summary",
+        "test_the_latest_summary_wins_and_survives_a_reopen",
+    },
+    "TestStoresSummaryApart": {
+        "test_a_refused_append_stores_neither_records_nor_summary",
+        "test_an_empty_append_stores_no_summary",
     },
     "TestTakesCallersNumbers": {
         "test_turns_and_size_are_the_backends_not_the_callers",

@@ -12,7 +12,7 @@ from turnkeep.backendkit import outcome_unknown
 from turnkeep.codec import EventRecord
 from turnkeep.conformance import MakeBackend, PersistenceContract
 from turnkeep.memory import MemoryPersistence, MemoryStorage
-from turnkeep.meta import FORMAT_VERSION
+from turnkeep.meta import FORMAT_VERSION, SessionSummary
 from turnkeep.persistence import SessionPersistence
 
 
@@ -26,12 +26,18 @@ class LosesReplies(MemoryPersistence):
 
     losing: dict[str, bool] = attrs.field(factory=dict[str, bool])
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         lands = self.losing.pop(session_id, None)
         if lands is None:
-            return await super().append(session_id, events)
+            return await super().append(session_id, events, summary=summary)
         if lands:
-            await super().append(session_id, events)
+            await super().append(session_id, events, summary=summary)
         raise outcome_unknown(session_id, events, "the test lost the reply")
 
 

@@ -12,6 +12,7 @@ from turnkeep import Host, hookimpl
 from turnkeep.errors import FlushError, StorageError
 from turnkeep.events import UserMessageData
 from turnkeep.memory import MemoryPersistence, MemoryStorage
+from turnkeep.meta import SessionSummary
 
 
 class Recorder:
@@ -26,11 +27,17 @@ class Recorder:
 class Flaky(MemoryPersistence):
     failures: int = 0
 
-    async def append(self, session_id: str, events: Any) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Any,
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.failures:
             self.failures -= 1
             raise StorageError("disk unplugged")
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
 
 
 def with_backend(backend: MemoryPersistence, *plugins: object) -> Host:

@@ -47,8 +47,14 @@ class OldBackend:
     async def create(self, meta: SessionMeta) -> None:
         await self.inner.create(meta)
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
-        await self.inner.append(session_id, events)
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
+        await self.inner.append(session_id, events, summary=summary)
 
     async def load(self, session_id: str) -> LoadedSession:
         return await self.inner.load(session_id)

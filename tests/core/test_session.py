@@ -30,6 +30,7 @@ from turnkeep.events import (
     UserMessage,
     UserMessageData,
 )
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import MemoryPersistence, RecordingPlugin
 
@@ -228,13 +229,19 @@ class Flaky(MemoryPersistence):
     failures: int = 0
     lands: bool = False
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.failures > 0:
             self.failures -= 1
             if self.lands:
-                await super().append(session_id, events)
+                await super().append(session_id, events, summary=summary)
             raise StorageError(f"injected failure for {session_id}")
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
 
 
 class FlakyPlugin:

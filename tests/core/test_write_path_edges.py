@@ -39,7 +39,13 @@ class Controlled(MemoryPersistence):
             await asyncio.sleep(self.create_delay)
         await super().create(meta)
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.hole_refusals and len(events) > 1:
             self.hole_refusals -= 1
             at = events[1].seq
@@ -49,7 +55,7 @@ class Controlled(MemoryPersistence):
                 expected=at,
                 got=at,
             )
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
         if self.lose_acks:
             self.lose_acks -= 1
             raise StorageError("connection reset after commit")
@@ -198,6 +204,29 @@ async def test_a_lost_acknowledgement_of_the_first_flush_is_settled() -> None:
             await session.flush()
         session.append(UserMessageData(text="two"))
         await session.flush()
+        assert texts(host, plugin.storage, "s") == ["one", "two"]
+
+
+@pytest.mark.asyncio
+async def test_a_summary_whose_flush_had_landed_unacknowledged_is_stored_apart() -> (
+    None
+):
+    plugin = ControlledPlugin()
+    async with Host(make_config(persistence="controlled"), plugins=[plugin]) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="one"))
+        await session.flush()
+        session.set_summary(title="first")
+        session.append(UserMessageData(text="two"))
+        plugin.instances[0].lose_acks = 1  # lands with "first", reports failure
+        with pytest.raises(FlushError):
+            await session.flush()
+        # The retry learns the whole batch had landed: nothing is left for
+        # the newer summary to ride along with, so it is stored on its own.
+        session.set_summary(title="second")
+        await session.flush()
+        stored = plugin.storage.sessions["s"].meta.summary
+        assert stored.title == "second"
         assert texts(host, plugin.storage, "s") == ["one", "two"]
 
 

@@ -17,6 +17,7 @@ from tests.loop.support import SpyTool
 from turnkeep import AgentLoop, Host, SessionEvent, TurnStream, hookimpl
 from turnkeep.errors import FlushError, StorageError, TurnNotDurableError
 from turnkeep.events import ToolCall, TurnCheckpoint, TurnEnd
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventRecord
 from turnkeep.session import Session
 from turnkeep.testing import (
@@ -36,7 +37,13 @@ class FailingAppends(MemoryPersistence):
     waiting: asyncio.Event | None = None
     hold: asyncio.Event | None = None
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.failures:
             self.failures -= 1
             raise StorageError("disk unplugged")
@@ -44,7 +51,7 @@ class FailingAppends(MemoryPersistence):
             self.waiting.set()
             await self.hold.wait()
         self.appends += 1
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
 
 
 def failing_host(backend: FailingAppends) -> Host:

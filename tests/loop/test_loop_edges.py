@@ -15,6 +15,7 @@ from turnkeep import AgentLoop, Host, ToolContext, function_tool, hookimpl
 from turnkeep.agent.models import ModelOutput, ModelRequest
 from turnkeep.agent.recovery import pairing_problems
 from turnkeep.errors import StorageError, TurnInProgressError
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import (
     EchoModel,
@@ -84,11 +85,17 @@ async def test_a_model_failing_before_it_streams_ends_the_turn_failed(
 class FailingAppends(MemoryPersistence):
     failures = 0
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.failures:
             self.failures -= 1
             raise StorageError("disk unplugged")
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
 
 
 @pytest.mark.asyncio

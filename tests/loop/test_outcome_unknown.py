@@ -22,6 +22,7 @@ from turnkeep.backendkit import outcome_unknown
 from turnkeep.config import Config
 from turnkeep.errors import FlushError, FlushOutcomeUnknownError, StorageError
 from turnkeep.events import UserMessageData
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import EchoModel, MemoryPersistence, MemoryStorage
 
@@ -37,11 +38,17 @@ class LosesAcks(MemoryPersistence):
     lose: int = 0
     fail: int = 0
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         if self.fail and not self.lose:
             self.fail -= 1
             raise StorageError("the server is restarting; nothing was written")
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
         if self.lose:
             self.lose -= 1
             raise outcome_unknown(

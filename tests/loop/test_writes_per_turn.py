@@ -29,16 +29,18 @@ class Counting(MemoryPersistence):
     appends: int = 0
     updates: int = 0
 
-    async def append(self, session_id: str, events: Any) -> None:
+    async def append(
+        self, session_id: str, events: Any, *, summary: SessionSummary | None = None
+    ) -> None:
         self.appends += 1
-        await super().append(session_id, events)
+        await super().append(session_id, events, summary=summary)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         self.updates += 1
         await super().update(session_id, summary)
 
 
-def _host(backend: Counting) -> Host:
+def _host(backend: MemoryPersistence) -> Host:
     class Plugin:
         @hookimpl
         def register_persistence(self, register: Any) -> None:
@@ -75,7 +77,39 @@ async def test_a_status_that_really_changed_is_stored() -> None:
         loop = AgentLoop.create("a", host=host, model=model, tools=[send])
         await loop.run_turn("Send it")
         # The unsafe call makes the turn durable before it runs, with the
-        # session marked active; the end of the turn stores it idle again.
+        # session marked active; the end of the turn stores it idle again,
+        # in its own flush: one backend call per flush, no `update`.
+        assert (backend.appends, backend.updates) == (2, 0)
+        stored = await backend.load(loop.session_id)
+        assert stored.meta.summary.status == "idle"
+        assert stored.meta.summary.title is not None
+        await loop.close()
+
+
+class OldCounting(MemoryPersistence):
+    """A backend written before `append` took a summary."""
+
+    appends: int = 0
+    updates: int = 0
+
+    async def append(self, session_id: str, events: Any) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+        self.appends += 1
+        await super().append(session_id, events)
+
+    async def update(self, session_id: str, summary: SessionSummary) -> None:
+        self.updates += 1
+        await super().update(session_id, summary)
+
+
+@pytest.mark.asyncio
+async def test_a_backend_without_summary_appends_gets_an_update() -> None:
+    script = [ScriptedModel.calling("send"), "Sent."]
+    backend = OldCounting()
+    host = _host(backend)
+    async with host:
+        model = ScriptedModel(script)
+        loop = AgentLoop.create("a", host=host, model=model, tools=[send])
+        await loop.run_turn("Send it")
         assert backend.appends == 2
         assert backend.updates >= 1
         stored = await backend.load(loop.session_id)

@@ -94,8 +94,14 @@ class MemoryPersistence:
         self._take(session_id, steal=False)
         self._pending[session_id] = meta
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
-        """Append one flush atomically after the seq and ownership checks."""
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
+        """Append one flush (and `summary`) atomically after the checks."""
         self._check_open()
         session_id = validate_session_id(session_id)
         self._check_deleted(session_id)
@@ -119,13 +125,18 @@ class MemoryPersistence:
             self.storage.sessions[session_id] = stored
             del self._pending[session_id]
         stored.events.extend(bytes(r.raw) for r in events)
-        summary = stored.meta.summary
+        kept = stored.meta.summary
+        meta = stored.meta
+        updated_at = max(kept.updated_at, events[-1].time)
+        if summary is not None:
+            meta = msgspec.structs.replace(meta, summary=summary)
+            updated_at = max(updated_at, summary.updated_at)
         stored.meta = _with_summary(
-            stored.meta,
-            updated_at=max(summary.updated_at, events[-1].time),
+            meta,
+            updated_at=updated_at,
             event_count=len(stored.events),
-            turns=summary.turns + count_turn_ends(events),
-            size=summary.size + sum(len(r.raw) for r in events),
+            turns=kept.turns + count_turn_ends(events),
+            size=kept.size + sum(len(r.raw) for r in events),
         )
 
     async def load(self, session_id: str) -> LoadedSession:

@@ -36,6 +36,15 @@ checks each one; the names in brackets are the kit's):
   reopens, takeovers and torn-tail repairs. `list` returns them too, from
   metadata alone. Backends read no clock of their own, so ordering follows
   the sessions' clock.
+- [summary-append] An `append` given a `summary` stores its caller-set
+  fields (title, first prompt, status) in the same atomic unit as the
+  records: both land or neither, with no second durable write (no extra
+  commit, fsync or rename), and `load` and `list` show them at once and
+  after a reopen. `updated_at` moves to the later of the summary's and the
+  last record's `time`; the numbers stay the log's. An empty `append`
+  stores nothing, its summary included. A backend whose `append` takes no
+  `summary` is still accepted: the write-behind then stores the summary
+  with `update` after the append (see `appends_summary`).
 - [ids] Ids are untrusted: any id `validate_session_id` accepts round-trips
   exactly, distinct ids never collide (also after case folding), and an
   invalid id raises `InvalidSessionIdError` before anything is touched.
@@ -107,6 +116,7 @@ __all__ = [
     "SessionPersistence",
     "SessionStatus",
     "SessionSummary",
+    "appends_summary",
     "delete_session",
     "probe_held",
     "validate_backend",
@@ -152,8 +162,18 @@ class SessionPersistence(Protocol):
         """
         ...
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         """Durably persist one flush of events (atomically: all or nothing).
+
+        With `summary`, its caller-set fields (title, first prompt, status)
+        land in the same atomic unit as the events (see [summary-append]);
+        its numbers are ignored, as `update` ignores them.
 
         Raises:
             SequenceError: `events[0].seq` is not the stored next seq.
@@ -316,11 +336,25 @@ async def delete_session(
 
 
 def _takes_force(delete: object) -> bool:
+    return _takes(delete, "force", unreadable=True)  # no signature: just try it
+
+
+def appends_summary(backend: SessionPersistence) -> bool:
+    """Whether `backend.append` takes `summary=` (see [summary-append]).
+
+    Asked once, when a backend is put to use, not per flush. A backend
+    written before `summary` existed (or a wrapper whose `append` does not
+    pass it on) answers false: its summaries are stored with `update`.
+    """
+    return _takes(backend.append, "summary", unreadable=False)
+
+
+def _takes(method: object, name: str, *, unreadable: bool) -> bool:
     try:
-        parameters = inspect.signature(delete).parameters  # pyright: ignore[reportArgumentType]
+        parameters = inspect.signature(method).parameters  # pyright: ignore[reportArgumentType]
     except (TypeError, ValueError):
-        return True  # no signature to read: just try it
-    return "force" in parameters or any(
+        return unreadable
+    return name in parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
     )
 

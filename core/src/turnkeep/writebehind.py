@@ -47,68 +47,14 @@ from turnkeep.events import SessionEvent
 from turnkeep.flushfailures import deleted, in_doubt
 from turnkeep.hookspecs import hookimpl
 from turnkeep.meta import SessionSummary
-from turnkeep.persistence import SessionPersistence
+from turnkeep.persistence import SessionPersistence, appends_summary
+from turnkeep.writestate import WriteState, acknowledge, initial_state, same_fields
 
 if TYPE_CHECKING:
     from turnkeep.hookspecs import PluginHost
     from turnkeep.session import Session
 
 __all__ = ["WriteBehind", "WriteState"]
-
-
-@attrs.define(eq=False)
-class WriteState:
-    """What the write-behind knows of one live session.
-
-    Invariant: `persisted + len(pending)` events of the session have been
-    snapshotted; `persisted` of them are durable.
-
-    Attributes:
-        pending: snapshots (encoded bytes) of the events from seq `persisted`
-            on, not yet acknowledged by the backend, in seq order.
-        persisted: how many events are durable (the write cursor).
-        created: the session is in storage (loaded from it, or a flush of it
-            landed), so any instance of the backend can take its appends.
-        stored_summary: the summary last handed to the backend (by `create`
-            or `update`); the session's summary is stored again when it is
-            another object (summaries are immutable and replaced on change).
-        registered_with: the write-behind whose backend instance registered
-            the session while nothing of it was durable yet (backends create
-            lazily, per instance).
-        maybe_landed: an append failed in a way that may still have stored it
-            (a lost acknowledgement).
-        in_doubt: the first and last seq of a flush whose outcome the
-            backend reported unknown, until an append settles it.
-        fenced: another process took the session over: nothing this one
-            buffers can be stored any more (it may be resumed afresh).
-        init: the registration started at `session_created`; a flush awaits
-            it first.
-        init_owner: the write-behind that started `init`.
-        lock: serialises flushes of this session.
-    """
-
-    pending: list[bytes] = attrs.field(factory=list[bytes])
-    persisted: int = 0
-    created: bool = False
-    stored_summary: SessionSummary | None = attrs.field(default=None, repr=False)
-    registered_with: object | None = attrs.field(default=None, repr=False)
-    maybe_landed: bool = False
-    in_doubt: tuple[int, int] | None = None
-    fenced: bool = False
-    init: asyncio.Future[None] | None = None
-    init_owner: object | None = attrs.field(default=None, repr=False)
-    lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
-
-    @property
-    def snapshotted(self) -> int:
-        """How many events have been snapshotted (durable or pending)."""
-        return self.persisted + len(self.pending)
-
-    def discard_from(self, seq: int) -> None:
-        """Drop the snapshots of seq `seq` on (events no longer in the log)."""
-        keep = seq - self.persisted
-        if 0 <= keep < len(self.pending):
-            del self.pending[keep:]
 
 
 @attrs.define(eq=False)
@@ -128,6 +74,13 @@ class WriteBehind:
         factory=dict["Session", WriteState], alias="states", repr=False
     )
     _disposed: bool = attrs.field(init=False, default=False)
+    # Whether the backend's `append` stores a summary in the same atomic
+    # unit (asked once here, not per flush); if not, a changed summary costs
+    # an `update` after the append.
+    _joint: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._joint = appends_summary(self.backend)
 
     def successor(self, backend: SessionPersistence) -> WriteBehind:
         """A write-behind over `backend` that continues this one's sessions.
@@ -143,7 +96,7 @@ class WriteBehind:
         """The session's write state (made on first sight)."""
         writes = self._states.get(session)
         if writes is None:
-            writes = self._states[session] = _initial_state(session)
+            writes = self._states[session] = initial_state(session)
         return writes
 
     def unsaved(self, session: Session) -> int:
@@ -216,7 +169,7 @@ class WriteBehind:
         seeded or forked one has its seed snapshotted at once and its
         registration started as a task that the first flush awaits.
         """
-        self._states[session] = _initial_state(session)
+        self._states[session] = initial_state(session)
         if session.origin == "resumed":
             return
         self._catch_up(session, self.state(session))
@@ -370,21 +323,25 @@ class WriteBehind:
                     raise FlushError(
                         f"session {session.id!r}: {exc}", session_id=session.id
                     ) from exc
-            appended = bool(writes.pending)
-            if appended:
+            summary = session.summary
+            stored = writes.stored_summary
+            changed = summary is not stored
+            if writes.pending:
+                if stored is not None and same_fields(summary, stored):
+                    # Changed and changed back within the flush (a turn's
+                    # status): the append moves `updated_at` on by itself.
+                    changed = False
                 start = writes.persisted
                 batch = [
                     EventRecord(seq, events[seq].type, events[seq].time, raw)
                     for seq, raw in enumerate(writes.pending, start)
                 ]
-                await self._append(session, writes, batch)
-            summary = session.summary
-            stored = writes.stored_summary
-            if appended and stored is not None and _same_fields(summary, stored):
-                # Changed and changed back within the flush (a turn's status):
-                # the append moved `updated_at` on; no second write needed.
-                writes.stored_summary = summary
-            elif summary is not stored:
+                carry = summary if changed and self._joint else None
+                if await self._append(session, writes, batch, carry):
+                    changed = False  # it rode in the flush's own atomic unit
+                if not changed:
+                    writes.stored_summary = summary
+            if changed:
                 try:
                     await self.backend.update(session.id, summary)
                 except SessionDeletedError as exc:
@@ -399,10 +356,18 @@ class WriteBehind:
                 writes.stored_summary = summary
 
     async def _append(
-        self, session: Session, writes: WriteState, batch: Sequence[EventRecord]
-    ) -> None:
+        self,
+        session: Session,
+        writes: WriteState,
+        batch: Sequence[EventRecord],
+        summary: SessionSummary | None = None,
+    ) -> bool:
+        """Append `batch` (with `summary`, if given); whether `summary` landed."""
         try:
-            await self.backend.append(session.id, batch)
+            if summary is None:
+                await self.backend.append(session.id, batch)
+            else:
+                await self.backend.append(session.id, batch, summary=summary)
         except SequenceError as exc:
             landed = exc.expected - batch[0].seq
             # Only a refusal of the batch's start says how much had landed
@@ -417,11 +382,11 @@ class WriteBehind:
                 ) from exc
             # An earlier, failed-looking append had in fact landed `landed`
             # records: acknowledge them and send only the rest.
-            _acknowledge(writes, landed)
+            acknowledge(writes, landed)
             rest = batch[landed:]
-            if rest:
-                await self._append(session, writes, rest)
-            return
+            if not rest:
+                return False  # the summary did not ride along: stored apart
+            return await self._append(session, writes, rest, summary)
         except FlushOutcomeUnknownError as exc:
             writes.maybe_landed = True
             writes.in_doubt = (exc.first_seq, exc.last_seq)
@@ -458,35 +423,8 @@ class WriteBehind:
                 "They stay buffered; the next flush retries them.",
                 session_id=session.id,
             ) from exc
-        _acknowledge(writes, len(batch))
-
-
-def _same_fields(summary: SessionSummary, stored: SessionSummary) -> bool:
-    """Whether the fields a caller sets are what the backend already holds."""
-    return (
-        summary.status == stored.status
-        and summary.title == stored.title
-        and summary.first_prompt == stored.first_prompt
-    )
-
-
-def _acknowledge(writes: WriteState, count: int) -> None:
-    del writes.pending[:count]
-    writes.persisted += count
-    writes.created = True
-    writes.maybe_landed = False
-    if writes.in_doubt is not None and writes.in_doubt[0] < writes.persisted:
-        writes.in_doubt = None  # settled: its events are stored now
-
-
-def _initial_state(session: Session) -> WriteState:
-    if session.origin == "resumed":
-        # Its loaded events and summary are what the backend holds.
-        return WriteState(
-            persisted=session.stored, created=True, stored_summary=session.summary
-        )
-    # Registration (`create`) stores the summary the session has by then.
-    return WriteState(stored_summary=session.summary)
+        acknowledge(writes, len(batch))
+        return summary is not None
 
 
 def _group(failures: list[BaseException]) -> BaseException:

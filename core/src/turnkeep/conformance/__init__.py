@@ -37,6 +37,7 @@ from ._metadata import MetadataContract
 from ._outcome import UnknownOutcomeContract
 from ._ownership import OwnershipContract
 from ._sessions import SessionsContract
+from ._summaryappend import SummaryAppendContract
 
 __all__ = [
     "HOSTILE_IDS",
@@ -54,6 +55,7 @@ __all__ = [
     "OwnershipContract",
     "PersistenceContract",
     "SessionsContract",
+    "SummaryAppendContract",
     "UnknownOutcomeContract",
 ]
 
@@ -63,6 +65,7 @@ class PersistenceContract(
     LoadContract,
     ListContract,
     MetadataContract,
+    SummaryAppendContract,
     DeleteContract,
     IdsContract,
     OwnershipContract,

@@ -73,6 +73,10 @@ class BackendHarness:
             implemented.
         supports_held: the backend has the optional `held` method.
         supports_owner_death: `kill_owner` is implemented.
+        supports_summary_append: `append` takes `summary=` and stores it in
+            the flush's own atomic unit (true by default; a backend written
+            before `summary` existed declares false, and the write-behind
+            stores its summaries with `update`).
     """
 
     supports_reopen: ClassVar[bool] = True
@@ -84,6 +88,7 @@ class BackendHarness:
     supports_lost_acknowledgement: ClassVar[bool] = False
     supports_held: ClassVar[bool] = False
     supports_owner_death: ClassVar[bool] = False
+    supports_summary_append: ClassVar[bool] = True
 
     # -- optional storage manipulation (implement with the capability) -------
 

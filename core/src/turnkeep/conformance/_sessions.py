@@ -156,14 +156,16 @@ class SessionsContract(BackendHarness):
         session.set_summary(title="Plan the trip", first_prompt="plan a trip")
         _turn(session, 1, "plan a trip")
         await session.flush()
-        # A change with no new events: only the summary has to land.
-        session.set_summary(title="Trip plan", status="active")
+        loaded = await host.require_persistence().load(session.id)
+        assert loaded.meta.summary.title == "Plan the trip"
+        # A change with no events to ride along is stored on its own.
+        session.set_summary(title="Trip to Rome", status="active")
         await session.flush()
         loaded = await host.require_persistence().load(session.id)
-        assert loaded.meta.summary.title == "Trip plan"
+        assert loaded.meta.summary.title == "Trip to Rome"
         assert loaded.meta.summary.status == "active"
         page = await host.require_persistence().list()
-        assert [m.summary.title for m in page.items] == ["Trip plan"]
+        assert [m.summary.title for m in page.items] == ["Trip to Rome"]
 
     @pytest.mark.asyncio
     async def test_another_process_is_refused_then_takes_over(

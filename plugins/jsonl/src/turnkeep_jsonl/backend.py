@@ -109,10 +109,20 @@ class JsonlPersistence:
         session_id = validate_session_id(meta.id)
         await self._locked(session_id, self._impl.create, meta)
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
-        """Durably persist one flush (all or nothing); see the protocol."""
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
+        """Durably persist one flush (all or nothing); see the protocol.
+
+        A `summary` rides in the flush's commit line (no other write); the
+        sidecar catches up at the next `update`, release or claim.
+        """
         session_id = validate_session_id(session_id)
-        await self._locked(session_id, self._impl.append, session_id, events)
+        await self._locked(session_id, self._impl.append, session_id, events, summary)
 
     async def load(self, session_id: str) -> LoadedSession:
         """Return the session's metadata and durable events (read-only)."""

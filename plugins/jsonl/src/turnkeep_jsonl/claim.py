@@ -18,6 +18,8 @@ import errno
 import os
 from typing import Final
 
+import msgspec
+
 from turnkeep.errors import (
     SessionLockedError,
     SessionNotFoundError,
@@ -40,7 +42,7 @@ from .handle import (
 from .names import LOG_SUFFIX, QUARANTINE_DIR, quarantine_name, temp_name
 from .scan import CHUNK, ScanResult, ScanState
 from .store import NEW_FILE_FLAGS, Store, storage_error
-from .summary import read_sidecar
+from .summary import Numbers, merge_summary, read_sidecar
 
 __all__ = ["open_stored", "quarantine", "reconcile", "take_epoch"]
 
@@ -106,12 +108,24 @@ def open_stored(
         header=result.header,
         state=result.state,
         end=result.end,
-        summary=sidecar.summary if sidecar is not None else SessionSummary(),
+        summary=_newest_summary(result, sidecar),
         watermark=sidecar.flush if sidecar is not None else 0,
         dev=st.st_dev,
         ino=st.st_ino,
     )
+    if sidecar is None or result.state.said_flush > sidecar.rank:
+        # A commit line said it after the sidecar was written: the claim
+        # brings the sidecar up to date (see `Operations._claim`).
+        handle.said_flush = result.state.said_flush
     return handle, result, sidecar
+
+
+def _newest_summary(result: ScanResult, sidecar: Sidecar | None) -> SessionSummary:
+    """The caller-set fields of the newest stored summary (sidecar or log)."""
+    state = result.state
+    numbers = Numbers(said=state.said, said_flush=state.said_flush)
+    merged = merge_summary(sidecar, numbers)
+    return msgspec.structs.replace(merged, event_count=0, turns=0, size=0)
 
 
 def take_epoch(

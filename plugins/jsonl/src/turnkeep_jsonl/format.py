@@ -23,19 +23,21 @@ from typing import Final, TypeAlias
 import msgspec
 
 from turnkeep.codec import EventRecord
-from turnkeep.meta import ForkPoint, SessionSummary
+from turnkeep.meta import ForkPoint, SessionStatus, SessionSummary
 
 __all__ = [
     "FORMAT_NAME",
     "MARK",
     "MAX_CONTROL_BYTES",
     "MAX_HEADER_BYTES",
+    "SAID_LIMIT",
     "SUFFIX_LEN",
     "Commit",
     "Control",
     "Header",
     "Owner",
     "Release",
+    "Said",
     "Sidecar",
     "all_sealed",
     "bad_event_reason",
@@ -51,6 +53,7 @@ __all__ = [
     "encode_sidecar",
     "event_seq",
     "probe_header",
+    "said_of",
     "seal",
     "unseal",
 ]
@@ -85,7 +88,46 @@ class Header(msgspec.Struct, tag_field="mark", tag="header", kw_only=True):
 # added; a reader then recomputes them from the log.
 
 
-class Owner(msgspec.Struct, tag_field="mark", tag="owner", kw_only=True, gc=False):
+class Said(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A summary's caller-set fields, as a flush's commit line carries them."""
+
+    updated_at: int = 0
+    title: str | None = None
+    first_prompt: str | None = None
+    status: SessionStatus = "active"
+
+
+SAID_LIMIT: Final = 4 * 1024
+"""The largest encoded `Said` a control line carries (it stays well below
+`MAX_CONTROL_BYTES`); a larger summary is stored in the sidecar instead."""
+
+
+def said_of(summary: SessionSummary) -> Said:
+    """The fields of `summary` a commit line carries."""
+    return Said(
+        updated_at=summary.updated_at,
+        title=summary.title,
+        first_prompt=summary.first_prompt,
+        status=summary.status,
+    )
+
+
+# A control line may speak for the summary, which the sidecar caches (its
+# `flush` says as of which unit): `said` carries a summary stored with that
+# unit (an append given one); `said_at` points, by byte offset, at the
+# commit line that last did, while the sidecar has not caught up with it.
+# The newest of the two wins. Lines written before these fields existed
+# have neither.
+
+
+class Owner(
+    msgspec.Struct,
+    tag_field="mark",
+    tag="owner",
+    kw_only=True,
+    gc=False,
+    omit_defaults=True,
+):
     """A writer took the session: opens owner epoch `epoch` (a one-line unit)."""
 
     flush: int
@@ -97,9 +139,17 @@ class Owner(msgspec.Struct, tag_field="mark", tag="owner", kw_only=True, gc=Fals
     boot: str
     turns: int | None = None
     size: int | None = None
+    said_at: int | None = None
 
 
-class Release(msgspec.Struct, tag_field="mark", tag="release", kw_only=True, gc=False):
+class Release(
+    msgspec.Struct,
+    tag_field="mark",
+    tag="release",
+    kw_only=True,
+    gc=False,
+    omit_defaults=True,
+):
     """The owner of `epoch` let the session go cleanly (a one-line unit)."""
 
     flush: int
@@ -108,9 +158,17 @@ class Release(msgspec.Struct, tag_field="mark", tag="release", kw_only=True, gc=
     time: int
     turns: int | None = None
     size: int | None = None
+    said_at: int | None = None
 
 
-class Commit(msgspec.Struct, tag_field="mark", tag="commit", kw_only=True, gc=False):
+class Commit(
+    msgspec.Struct,
+    tag_field="mark",
+    tag="commit",
+    kw_only=True,
+    gc=False,
+    omit_defaults=True,
+):
     """Closes a flush: the `n` event lines right before it, `len` bytes long."""
 
     flush: int
@@ -122,13 +180,23 @@ class Commit(msgspec.Struct, tag_field="mark", tag="commit", kw_only=True, gc=Fa
     fcrc: str
     turns: int | None = None
     size: int | None = None
+    said: Said | None = None
+    said_at: int | None = None
 
 
 Control: TypeAlias = Owner | Release | Commit
 
 
-class Sidecar(msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True):
-    """The summary file: mutable metadata plus the durable watermark."""
+class Sidecar(
+    msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True, omit_defaults=True
+):
+    """The summary file: mutable metadata plus the durable watermark.
+
+    `said_flush`, when present, is the unit the summary is as new as (a
+    non-owner's `update`, which keeps the watermark `flush` as it was, still
+    replaces what the log's commit lines said up to that unit); absent, it
+    is `flush`. See `rank`.
+    """
 
     format_version: int
     id: str
@@ -136,6 +204,12 @@ class Sidecar(msgspec.Struct, tag_field="mark", tag="sidecar", kw_only=True):
     flush: int
     seq: int
     summary: SessionSummary
+    said_flush: int | None = None
+
+    @property
+    def rank(self) -> int:
+        """The unit the summary is as new as (compared with a commit's `said`)."""
+        return self.flush if self.said_flush is None else self.said_flush
 
 
 class _Probe(msgspec.Struct):
@@ -263,10 +337,13 @@ def encode_commit(
     n: int,
     turns: int,
     size: int,
+    said: Said | None = None,
+    said_at: int | None = None,
 ) -> bytes:
     """The commit line closing a flush whose event lines are `region`.
 
-    `seq`, `turns` and `size` are the log's numbers with this flush applied.
+    `seq`, `turns` and `size` are the log's numbers with this flush applied;
+    `said` and `said_at` speak for the summary (see `Said`).
     """
     commit = Commit(
         flush=flush,
@@ -278,6 +355,8 @@ def encode_commit(
         fcrc=f"{zlib.crc32(region):08x}",
         turns=turns,
         size=size,
+        said=said,
+        said_at=said_at,
     )
     return seal(_encode(commit))
 

@@ -101,6 +101,11 @@ class Handle:
     end: int
     summary: SessionSummary
     watermark: int = 0
+    said_flush: int = 0
+    """The unit whose commit line last carried `summary` (0: none); while it
+    is past `watermark` (the sidecar's unit), later lines point at it."""
+    said_at: int = 0
+    """The byte offset of that commit line."""
     pid: int = attrs.field(factory=os.getpid)
     dev: int = 0
     ino: int = 0

@@ -155,6 +155,16 @@ class Operations:
         final = take_epoch(
             self.store, handle, result, stolen=stolen, max_line=self.max_line
         )
+        if handle.said_flush > handle.watermark:
+            # The log's last word on the summary is newer than the sidecar
+            # (its writer stopped before releasing): cache it there now, once
+            # per claim, so that the lines this owner writes need not point
+            # back at it.
+            try:
+                write_sidecar(self.store, handle, handle.summary)
+            except OSError as exc:
+                close(self.ops, handle)
+                raise storage_error("cannot store the session's summary", exc) from exc
         if keep and final is result:
             # The new owner line changes none of what `load` reports.
             handle.preloaded = loaded_session(final, sidecar)
@@ -196,7 +206,12 @@ class Operations:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, session_id: str, records: Sequence[EventRecord]) -> None:
+    def append(
+        self,
+        session_id: str,
+        records: Sequence[EventRecord],
+        summary: SessionSummary | None = None,
+    ) -> None:
         """See `JsonlPersistence.append`."""
         pending = self._pending.get(session_id)
         handle = self._held.get(session_id)
@@ -224,14 +239,14 @@ class Operations:
         if not records:
             return
         if handle is not None:
-            append(self.store, handle, records)
+            append(self.store, handle, records, summary)
             return
         assert pending is not None  # noqa: S101 - one of the two is set
         try:
             self.catalog.append(self._pending_entry(pending))
         except OSError as exc:
             raise storage_error("cannot update the catalog", exc) from exc
-        handle = materialise(self.store, pending, records)
+        handle = materialise(self.store, pending, records, summary)
         with self._mu:
             del self._pending[session_id]
             self._held[session_id] = handle

@@ -59,7 +59,16 @@ def read_intact(impl: Operations, session_id: str) -> IntactLog:
     finally:
         ops.close(fd)
     state = result.state
-    numbers = Numbers(state.seq, state.time, state.turns, state.size, state.released)
+    numbers = Numbers(
+        state.seq,
+        state.time,
+        state.turns,
+        state.size,
+        state.released,
+        state.said,
+        state.said_flush,
+        state.flush,
+    )
     meta = SessionMeta(
         header=session_header(result.header), summary=merge_summary(sidecar, numbers)
     )

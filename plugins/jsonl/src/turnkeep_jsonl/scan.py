@@ -45,6 +45,7 @@ from .format import (
     Header,
     Owner,
     Release,
+    Said,
     all_sealed,
     decode_control,
     decode_controls,
@@ -85,6 +86,8 @@ class ScanState:
         turns: how many of the events are `turn/end` events.
         size: the events' stored bytes, summed (each event line is its
             event's bytes plus `SUFFIX_LEN`, the checksum field and newline).
+        said: the summary the last commit line that carried one said.
+        said_flush: the number of that commit's unit (0: none).
     """
 
     flush: int = 0
@@ -95,6 +98,8 @@ class ScanState:
     released: bool = False
     turns: int = 0
     size: int = 0
+    said: Said | None = None
+    said_flush: int = 0
 
     def accept(
         self, control: Control, n: int, region: bytes | memoryview, turns: int = 0
@@ -119,6 +124,9 @@ class ScanState:
             self.released = False
             self.turns += turns
             self.size += control.len - SUFFIX_LEN * n
+            if control.said is not None:
+                self.said = control.said
+                self.said_flush = control.flush
         elif n or control.seq != self.seq:
             return False
         elif type(control) is Owner:

@@ -23,10 +23,13 @@ from .fileops import FileOps
 from .format import (
     FORMAT_NAME,
     MARK,
+    MAX_CONTROL_BYTES,
     MAX_HEADER_BYTES,
+    Commit,
     Control,
     Header,
     Release,
+    Said,
     Sidecar,
     decode_control,
     decode_header,
@@ -100,6 +103,10 @@ class Numbers:
         turns: its `turn/end` events.
         size: its events' stored bytes.
         released: that unit is a release.
+        said: the summary the log's last summary-carrying commit line said
+            (as far as the reader looked: see `log_numbers`).
+        said_flush: the unit number of that commit line (0: none).
+        flush: the number of the log's last unit.
     """
 
     seq: int = 0
@@ -107,15 +114,29 @@ class Numbers:
     turns: int = 0
     size: int = 0
     released: bool = False
+    said: Said | None = None
+    said_flush: int = 0
+    flush: int = 0
 
 
 def merge_summary(sidecar: Sidecar | None, numbers: Numbers) -> SessionSummary:
-    """The summary shown for a session: the sidecar's, with the log's numbers.
+    """The summary shown for a session: the newest stored, with the log's numbers.
 
-    The log wins where both speak: `event_count`, `turns` and `size` are the
-    log's, and `updated_at` never goes back behind the log's last unit.
+    The caller-set fields come from the sidecar, or from the log's commit
+    line when that said them after the sidecar was written (an append that
+    carried a summary, which the sidecar caches lazily). The log wins where
+    both speak: `event_count`, `turns` and `size` are the log's, and
+    `updated_at` never goes back behind the log's last unit.
     """
     summary = sidecar.summary if sidecar is not None else SessionSummary()
+    said = numbers.said
+    if said is not None and (sidecar is None or numbers.said_flush > sidecar.rank):
+        summary = SessionSummary(
+            updated_at=max(summary.updated_at, said.updated_at),
+            title=said.title,
+            first_prompt=said.first_prompt,
+            status=said.status,
+        )
     return msgspec.structs.replace(
         summary,
         updated_at=max(summary.updated_at, numbers.time),
@@ -142,8 +163,18 @@ def log_numbers(
     if control is None:
         return Numbers()
     released = type(control) is Release
+    said, said_flush = _said(ops, fd, control)
     if control.turns is not None and control.size is not None:
-        return Numbers(control.seq, control.time, control.turns, control.size, released)
+        return Numbers(
+            control.seq,
+            control.time,
+            control.turns,
+            control.size,
+            released,
+            said,
+            said_flush,
+            control.flush,
+        )
     try:
         result = scan_log(
             ops, fd, size, session_id=header.id, collect=False, max_line=max_line
@@ -151,7 +182,35 @@ def log_numbers(
     except (SessionCorruptError, UnsupportedFormatError):
         return Numbers(control.seq, control.time, released=released)
     state = result.state
-    return Numbers(state.seq, state.time, state.turns, state.size, state.released)
+    return Numbers(
+        state.seq,
+        state.time,
+        state.turns,
+        state.size,
+        state.released,
+        state.said,
+        state.said_flush,
+        state.flush,
+    )
+
+
+def _said(ops: FileOps, fd: int, control: Control) -> tuple[Said | None, int]:
+    """The summary `control` speaks for (see `format.Said`), and its unit.
+
+    A commit line that carries one says it; a line that points back at one
+    (`said_at`) costs one read at that offset, checked like any control line.
+    """
+    if type(control) is Commit and control.said is not None:
+        return control.said, control.flush
+    at = control.said_at
+    if at is None or at < 0:
+        return None, 0
+    data = ops.pread(fd, MAX_CONTROL_BYTES + 1, at)
+    newline = data.find(b"\n")
+    found = decode_control(data[:newline]) if newline >= 0 else None
+    if type(found) is not Commit or found.said is None or found.flush > control.flush:
+        return None, 0  # not what it points at: the sidecar speaks alone
+    return found.said, found.flush
 
 
 def last_control(ops: FileOps, fd: int, size: int) -> Control | None:

@@ -300,6 +300,9 @@ class Unheld:
                 flush=old.flush if old is not None else 0,
                 seq=old.seq if old is not None else 0,
                 summary=new,
+                # Newer than anything the log said so far (the watermark
+                # stays: only an owner vouches for what was fsynced).
+                said_flush=max(numbers.flush, old.rank if old is not None else 0),
             )
             self.store.write_atomic(gfd, stem + SIDECAR_SUFFIX, encode_sidecar(sidecar))
             self.catalog.append(
@@ -314,7 +317,15 @@ class Unheld:
 def loaded_session(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
     """What `load` returns for a verified scan (events collected) and sidecar."""
     state = result.state
-    numbers = Numbers(state.seq, state.time, state.turns, state.size, state.released)
+    numbers = Numbers(
+        state.seq,
+        state.time,
+        state.turns,
+        state.size,
+        state.released,
+        state.said,
+        state.said_flush,
+    )
     summary = merge_summary(sidecar, numbers)
     meta = SessionMeta(header=core_header(result.header), summary=summary)
     return LoadedSession(meta=meta, events=result.events)

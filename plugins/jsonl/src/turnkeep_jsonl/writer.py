@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 
 import attrs
+import msgspec
 
 from turnkeep.backendkit import count_turn_ends, outcome_unknown
 from turnkeep.codec import EventRecord
@@ -35,15 +36,18 @@ from .claim import reconcile
 from .fileops import write_all
 from .format import (
     FORMAT_NAME,
+    SAID_LIMIT,
     SUFFIX_LEN,
     Header,
     Owner,
     Release,
+    Said,
     encode_commit,
     encode_event_lines,
     encode_header,
     encode_owner,
     encode_release,
+    said_of,
 )
 from .handle import (
     BOOT,
@@ -74,12 +78,16 @@ __all__ = [
 
 
 def materialise(
-    store: Store, pending: Pending, records: Sequence[EventRecord]
+    store: Store,
+    pending: Pending,
+    records: Sequence[EventRecord],
+    summary: SessionSummary | None = None,
 ) -> Handle:
     """Write a new session's log file holding its first flush, renamed in.
 
     The flush is not acknowledged yet: `finish_creation` makes the new name
-    durable (and writes the sidecar).
+    durable (and writes the sidecar, unless the flush's commit line carries
+    `summary`).
 
     Raises:
         SessionExistsError: a log appeared under the name (bypassing the lock).
@@ -112,7 +120,10 @@ def materialise(
         size=0,
     )
     state.accept(owner, 0, b"")
-    data = encode_header(header) + encode_owner(owner) + flush_bytes(state, records)
+    said = _said(summary)
+    head = encode_header(header) + encode_owner(owner)
+    flush = flush_bytes(state, records, said=said)
+    data = head + flush
     tmp = temp_name(pending.stem, LOG_SUFFIX, ops.token())
     what = f"cannot create the log of session {header.id!r}"
     try:
@@ -143,6 +154,8 @@ def materialise(
         end=len(data),
         summary=meta.summary,
     )
+    if summary is not None:
+        _said_by(handle, summary, said, len(head), flush)
     try:
         handle.track(ops)
     except OSError as exc:
@@ -166,7 +179,7 @@ def finish_creation(
             raise handle.failure
         try:
             store.ops.fsync_dir(handle.gfd)
-            if _worth_a_sidecar(handle.summary):
+            if handle.said_flush == 0 and _worth_a_sidecar(handle.summary):
                 write_sidecar(store, handle, handle.summary)
         except OSError as exc:
             raise poison(handle, exc, "creating its log") from exc
@@ -183,8 +196,17 @@ def _worth_a_sidecar(summary: SessionSummary) -> bool:
     )
 
 
-def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
-    """The bytes of one flush after `state` (advanced past it): lines + commit."""
+def flush_bytes(
+    state: ScanState,
+    records: Sequence[EventRecord],
+    *,
+    said: Said | None = None,
+    said_at: int | None = None,
+) -> bytes:
+    """The bytes of one flush after `state` (advanced past it): lines + commit.
+
+    `said` and `said_at` go into the commit line (see `format.Said`).
+    """
     region = encode_event_lines(records)
     time = max(state.time, records[-1].time)
     turns = state.turns + count_turn_ends(records)
@@ -198,8 +220,12 @@ def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
         n=len(records),
         turns=turns,
         size=size,
+        said=said,
+        said_at=said_at,
     )
     state.flush += 1
+    if said is not None:
+        state.said, state.said_flush = said, state.flush
     state.seq += len(records)
     state.time = time
     state.released = False
@@ -208,8 +234,18 @@ def flush_bytes(state: ScanState, records: Sequence[EventRecord]) -> bytes:
     return region + commit
 
 
-def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None:
+def append(
+    store: Store,
+    handle: Handle,
+    records: Sequence[EventRecord],
+    summary: SessionSummary | None = None,
+) -> None:
     """Durably append one flush (the caller checked the log is ours: `settle`).
+
+    A `summary` rides in the flush's commit line; while the sidecar is
+    behind the last such line, later lines point back at it (`said_at`).
+    A summary too large for a control line is stored in the sidecar after
+    the flush instead, as `update` would.
 
     Raises:
         StorageError: writing failed before the flush's commit line was
@@ -224,7 +260,8 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
     ops = store.ops
     now = handle.state
     state = attrs.evolve(now)
-    data = flush_bytes(state, records)
+    said = _said(summary)
+    data = flush_bytes(state, records, said=said, said_at=_pointer(handle, said))
     try:
         write_all(ops, handle.fd, data, handle.end)
     except OSError as exc:
@@ -258,7 +295,42 @@ def append(store: Store, handle: Handle, records: Sequence[EventRecord]) -> None
             fenced=True,
         ) from cause
     handle.state = state
+    start = handle.end
     handle.end += len(data)
+    if summary is not None:
+        _said_by(handle, summary, said, start, data)
+        if said is None:
+            try:
+                write_sidecar(store, handle, handle.summary)
+            except OSError as exc:
+                raise poison(handle, exc, "storing its summary") from exc
+
+
+def _said(summary: SessionSummary | None) -> Said | None:
+    """What a commit line says of `summary`, if it fits in one."""
+    if summary is None:
+        return None
+    said = said_of(summary)
+    return said if len(msgspec.json.encode(said)) <= SAID_LIMIT else None
+
+
+def _pointer(handle: Handle, said: Said | None) -> int | None:
+    """`said_at` for a line that says nothing itself, while the sidecar is behind."""
+    if said is None and handle.said_flush > handle.watermark:
+        return handle.said_at
+    return None
+
+
+def _said_by(
+    handle: Handle, summary: SessionSummary, said: Said | None, at: int, data: bytes
+) -> None:
+    """Note `summary` as the handle's, said by the commit line ending `data`."""
+    handle.summary = msgspec.structs.replace(
+        summary, updated_at=max(summary.updated_at, handle.summary.updated_at)
+    )
+    if said is not None:
+        handle.said_flush = handle.state.flush
+        handle.said_at = at + data.rindex(b"\n", 0, len(data) - 1) + 1
 
 
 def _unknown(
@@ -302,6 +374,7 @@ def release(store: Store, handle: Handle, *, max_line: int) -> None:
                 time=state.time,
                 turns=state.turns,
                 size=state.size,
+                said_at=_pointer(handle, None),
             )
             line = encode_release(release_line)
             try:
@@ -310,8 +383,12 @@ def release(store: Store, handle: Handle, *, max_line: int) -> None:
                 state.accept(release_line, 0, b"")
                 handle.end += len(line)
                 # Keep a summary another process stored meanwhile (by `update`).
+                # (Unless this owner's commit lines said one after it.)
                 disk = read_sidecar(ops, handle.gfd, handle.stem, handle.header)
-                summary = disk.summary if disk is not None else handle.summary
+                newer = disk is not None and disk.rank >= handle.said_flush
+                if disk is not None and newer:
+                    handle.summary = disk.summary  # the catalog's line too
+                summary = handle.summary
                 write_sidecar(store, handle, summary)
             except OSError as exc:
                 error = poison(handle, exc, "releasing it")

@@ -145,8 +145,16 @@ class PostgresPersistence:
         await self._write(writes.create(self._state, meta))
         self._doubt.pop(meta.id, None)
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
         """Durably append one flush (owner, generation, seq checked as it lands).
+
+        A `summary` lands in the flush's own transaction.
 
         Raises:
             FlushOutcomeUnknownError: the connection was lost once the flush's
@@ -164,7 +172,7 @@ class PostgresPersistence:
 
         try:
             await self._write(
-                writes.append(self._state, session_id, records),
+                writes.append(self._state, session_id, records, summary),
                 unknown=unknown if records else None,
             )
         except FlushOutcomeUnknownError:

@@ -79,6 +79,7 @@ class Queries:
     drop_all_claims: bytes
     renew: bytes
     update: bytes
+    append_summary: bytes
     delete: bytes
     has: bytes
     held: bytes
@@ -261,6 +262,13 @@ def _texts() -> dict[str, LiteralString]:
             " AND (NOT %(held)s OR (owner = %(owner)s"
             " AND generation = %(generation)s))"
             " RETURNING 1"
+        ),
+        # Run right after `append` landed, in its transaction: the row is
+        # this owner's (the append's compare-and-set just matched it).
+        "append_summary": (
+            "UPDATE {sessions} SET summary = %(summary)s::json,"
+            " updated_at = GREATEST(updated_at, %(updated_at)s)"
+            " WHERE id = %(id)s"
         ),
         "delete": (
             "DELETE FROM {sessions} WHERE id = %(id)s AND next_seq > 0"

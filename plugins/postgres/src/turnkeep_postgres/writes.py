@@ -157,9 +157,18 @@ def create(state: OwnerState, meta: SessionMeta) -> Op[None]:
 
 
 def append(
-    state: OwnerState, session_id: str, records: Sequence[EventRecord]
+    state: OwnerState,
+    session_id: str,
+    records: Sequence[EventRecord],
+    summary: SessionSummary | None = None,
 ) -> Op[None]:
-    """Append one flush: a compare-and-set on owner, generation and next seq."""
+    """Append one flush: a compare-and-set on owner, generation and next seq.
+
+    A `summary` is written by a second statement in the same transaction,
+    once the append landed (one commit). Such a flush runs outside the
+    multi-session statement of a group commit (it is rare: a title or a
+    status that changed within the flush).
+    """
     # The first seq is compared with the stored one by the append statement.
     check_batch(
         session_id, records, next_seq=None, max_event_bytes=state.max_event_bytes
@@ -195,13 +204,23 @@ def append(
         cur = await tx.conn.execute(tx.queries.append, values)
         if cur.rowcount != len(raws):
             await _after_miss(tx, state, values)
+        if summary is not None:
+            stored = msgspec.structs.replace(summary, event_count=0, turns=0, size=0)
+            await tx.conn.execute(
+                tx.queries.append_summary,
+                {
+                    "id": session_id,
+                    "summary": _encode(stored).decode(),
+                    "updated_at": summary.updated_at,
+                },
+            )
         if session_id in state.pending:
             state.stage(tx, session_id, False)
 
     def batch() -> Batched | None:
         generation = state.held.get(session_id)
-        if generation is None or not raws:
-            return None  # taking the role first: run it on its own
+        if generation is None or not raws or summary is not None:
+            return None  # taking the role first, or a summary: on its own
 
         def landed(tx: Tx) -> None:
             if session_id in state.pending:

@@ -141,8 +141,17 @@ class SqlitePersistence:
         validate_session_id(meta.id)
         await self._write(lambda tx: writes.create(tx, self._state, meta))
 
-    async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
-        """Durably append one flush (checks seq and ownership in its transaction)."""
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord],
+        *,
+        summary: SessionSummary | None = None,
+    ) -> None:
+        """Durably append one flush (checks seq and ownership in its transaction).
+
+        A `summary` is stored in the same transaction (one commit).
+        """
         session_id = validate_session_id(session_id)
         self._damaged.check(session_id)
         records = list(events)  # snapshot: the caller may reuse its list
@@ -154,7 +163,7 @@ class SqlitePersistence:
             return exc
 
         await self._write(
-            lambda tx: writes.append(tx, self._state, session_id, records),
+            lambda tx: writes.append(tx, self._state, session_id, records, summary),
             unknown=unknown if records else None,
         )
 

@@ -148,9 +148,17 @@ def create(tx: Tx, state: WriterState, meta: SessionMeta) -> None:
 
 
 def append(
-    tx: Tx, state: WriterState, session_id: str, records: Sequence[EventRecord]
+    tx: Tx,
+    state: WriterState,
+    session_id: str,
+    records: Sequence[EventRecord],
+    summary: SessionSummary | None = None,
 ) -> None:
-    """Append one flush after the version, owner and seq checks."""
+    """Append one flush after the version, owner and seq checks.
+
+    With `summary`, its caller-set fields are stored in the same statement
+    that moves the session's numbers on, so in the flush's own transaction.
+    """
     conn = tx.conn
     row = _row(conn, session_id)
     pending = state.pending.get(session_id)
@@ -184,15 +192,15 @@ def append(
             offset=next_seq - 1,
         )
     if pending is not None:
-        summary = pending.summary
+        staged = pending.summary
         conn.execute(
             "UPDATE sessions SET updated_at = ?, title = ?, first_prompt = ?, "
             "status = ? WHERE key = ?",
             (
-                summary.updated_at,
-                summary.title,
-                summary.first_prompt,
-                summary.status,
+                staged.updated_at,
+                staged.title,
+                staged.first_prompt,
+                staged.status,
                 row.key,
             ),
         )
@@ -202,14 +210,32 @@ def append(
         "INSERT INTO events (session_key, seq, type, time, raw) VALUES (?, ?, ?, ?, ?)",
         [(key, r.seq, r.type, r.time, r.raw) for r in records],
     )
+    numbers = (
+        next_seq + len(records),
+        records[-1].time,
+        count_turn_ends(records),
+        sum(len(r.raw) for r in records),
+    )
+    if summary is None:
+        conn.execute(
+            "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?), "
+            "turns = turns + ?, size = size + ? WHERE key = ?",
+            (*numbers, key),
+        )
+        return
     conn.execute(
-        "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?), "
-        "turns = turns + ?, size = size + ? WHERE key = ?",
+        "UPDATE sessions SET next_seq = ?, updated_at = max(updated_at, ?, ?), "
+        "turns = turns + ?, size = size + ?, title = ?, first_prompt = ?, "
+        "status = ? WHERE key = ?",
         (
-            next_seq + len(records),
-            records[-1].time,
-            count_turn_ends(records),
-            sum(len(r.raw) for r in records),
+            numbers[0],
+            numbers[1],
+            summary.updated_at,
+            numbers[2],
+            numbers[3],
+            summary.title,
+            summary.first_prompt,
+            summary.status,
             key,
         ),
     )
