@@ -21,7 +21,7 @@ from .maintenance import open_log
 from .operations import Operations
 from .scan import CHUNK, Reader, ScanResult
 from .store import storage_error
-from .summary import Numbers, merge_summary, read_sidecar, session_header
+from .summary import merge_summary, numbers_of, read_sidecar, session_header
 
 __all__ = ["read_intact"]
 
@@ -58,17 +58,7 @@ def read_intact(impl: Operations, session_id: str) -> IntactLog:
         raise storage_error(f"cannot read the log of {session_id!r}", exc) from exc
     finally:
         ops.close(fd)
-    state = result.state
-    numbers = Numbers(
-        state.seq,
-        state.time,
-        state.turns,
-        state.size,
-        state.released,
-        state.said,
-        state.said_flush,
-        state.flush,
-    )
+    numbers = numbers_of(result.state)
     meta = SessionMeta(
         header=session_header(result.header), summary=merge_summary(sidecar, numbers)
     )

@@ -37,6 +37,7 @@ from .format import (
 )
 from .handle import scan_log
 from .names import LOG_SUFFIX, SIDECAR_SUFFIX
+from .scan import ScanState
 
 __all__ = [
     "SIDECAR_LIMIT",
@@ -46,6 +47,7 @@ __all__ = [
     "last_control",
     "log_numbers",
     "merge_summary",
+    "numbers_of",
     "read_sidecar",
     "session_header",
 ]
@@ -119,6 +121,20 @@ class Numbers:
     flush: int = 0
 
 
+def numbers_of(state: ScanState) -> Numbers:
+    """The numbers a verified scan ended with."""
+    return Numbers(
+        state.seq,
+        state.time,
+        state.turns,
+        state.size,
+        state.released,
+        state.said,
+        state.said_flush,
+        state.flush,
+    )
+
+
 def merge_summary(sidecar: Sidecar | None, numbers: Numbers) -> SessionSummary:
     """The summary shown for a session: the newest stored, with the log's numbers.
 
@@ -181,17 +197,7 @@ def log_numbers(
         )
     except (SessionCorruptError, UnsupportedFormatError):
         return Numbers(control.seq, control.time, released=released)
-    state = result.state
-    return Numbers(
-        state.seq,
-        state.time,
-        state.turns,
-        state.size,
-        state.released,
-        state.said,
-        state.said_flush,
-        state.flush,
-    )
+    return numbers_of(result.state)
 
 
 def _said(ops: FileOps, fd: int, control: Control) -> tuple[Said | None, int]:

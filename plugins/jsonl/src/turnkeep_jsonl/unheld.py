@@ -39,10 +39,10 @@ from .names import (
 from .scan import ScanResult, check_header
 from .store import READ_FLAGS, Store, storage_error
 from .summary import (
-    Numbers,
     inspect_session,
     log_numbers,
     merge_summary,
+    numbers_of,
     read_sidecar,
     session_header as core_header,
 )
@@ -316,16 +316,7 @@ class Unheld:
 
 def loaded_session(result: ScanResult, sidecar: Sidecar | None) -> LoadedSession:
     """What `load` returns for a verified scan (events collected) and sidecar."""
-    state = result.state
-    numbers = Numbers(
-        state.seq,
-        state.time,
-        state.turns,
-        state.size,
-        state.released,
-        state.said,
-        state.said_flush,
-    )
+    numbers = numbers_of(result.state)
     summary = merge_summary(sidecar, numbers)
     meta = SessionMeta(header=core_header(result.header), summary=summary)
     return LoadedSession(meta=meta, events=result.events)
