@@ -13,7 +13,9 @@ see the same machine state:
    vs reading the same file and `msgspec.json.Decoder().decode_lines` on it
    (goal <= 1.2); a resume of it (`claim` + `load` + decode; goal <= 1.3x
    the load); and the same for the same events written as one flush
-   (grouping should not matter).
+   (grouping should not matter). Next to it, following the session: the
+   last 10 events read incrementally (`last_seq` + `load_after`), which
+   should cost a window at the log's end, not the load.
 3. List 5,000 sessions with titles from a fresh backend instance vs a raw
    scan that opens each session file and decodes its first line (goal <=
    0.3).
@@ -239,8 +241,13 @@ def load(
             loaded = await backend.load("big")
             return len(codec.decode_log(loaded.events, session_id="big"))
 
+        async def follow() -> int:
+            last = await backend.last_seq("big")
+            return len(await backend.load_after("big", last - 10, 10))
+
         backend = JsonlPersistence(root / "store")
         loop = asyncio.new_event_loop()
+        tail_t: list[float] = []
         raw_t: list[float] = []
         tk_t: list[float] = []
         resume_t: list[float] = []
@@ -259,6 +266,9 @@ def load(
             loop.run_until_complete(resume())
             resume_t.append(time.perf_counter() - t)
             loop.run_until_complete(backend.release("big"))
+            t = time.perf_counter()
+            assert loop.run_until_complete(follow()) == 10
+            tail_t.append(time.perf_counter() - t)
         loop.run_until_complete(backend.aclose())
         loop.close()
         file_size = log.stat().st_size
@@ -267,6 +277,7 @@ def load(
         "file_bytes": file_size,
         "turnkeep_s": statistics.median(tk_t),
         "resume_s": statistics.median(resume_t),
+        "tail_s": statistics.median(tail_t),
         "raw_s": statistics.median(raw_t),
     }
 
@@ -284,6 +295,10 @@ def print_load(result: dict[str, float], one: dict[str, float] | None = None) ->
         resume = result["resume_s"]
         print(f"   resume (claim + load + decode)  : {resume * 1e3:8.1f} ms")
         print(f"   resume / load                   : {resume / k:8.3f}   (goal <= 1.3)")
+    if "tail_s" in result:
+        tail = result["tail_s"]
+        print(f"   last 10 (last_seq + load_after) : {tail * 1e3:8.3f} ms")
+        print(f"   last 10 / load                  : {tail / k:8.4f}")
     if one is not None:
         r1, k1 = one["raw_s"], one["turnkeep_s"]
         print("   the same events written as one flush:")

@@ -314,6 +314,7 @@ def load(
     decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_union())
     ours: list[float] = []
     base: list[float] = []
+    tail: list[float] = []
     with tempdir() as d:
         raw = raw_connect(d / "raw.sqlite3", "OFF")
         for turn in turns:
@@ -354,26 +355,40 @@ def load(
             ours.append(time.perf_counter() - start)
             assert len(decoded) == events
 
+        async def run_tail() -> None:
+            # Following the session: its last 10 events, read incrementally.
+            start = time.perf_counter()
+            last = await backend.last_seq("s")
+            got = await backend.load_after("s", last - 10, 10)
+            tail.append(time.perf_counter() - start)
+            assert len(got) == 10
+
         async def run_all() -> None:
             await backend.has("s")
             for _ in range(reps + 1):
                 run_raw()
                 await run_ours()
+                await run_tail()
             await backend.aclose()
 
         gc.freeze()
         asyncio.run(run_all())
         gc.unfreeze()
         raw_conn.close()
-    del ours[0], base[0]  # the warm-up
+    del ours[0], base[0], tail[0]  # the warm-up
     result = {
         "events": events,
         "turnkeep_s": statistics.median(ours),
         "raw_s": statistics.median(base),
+        "tail_s": statistics.median(tail),
     }
     if not quiet:
         print(f"3. load of a {events:,}-event session (warm)")
         result["ratio"] = report("load + decode", ours, base, "<= 1.2x")
+        print(
+            f"  last 10 (last_seq + load_after): {result['tail_s'] * 1e3:.3f} ms, "
+            f"{result['tail_s'] / result['turnkeep_s']:.4f}x the load"
+        )
     return result
 
 

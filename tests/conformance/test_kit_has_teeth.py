@@ -13,7 +13,7 @@ BROKEN = textwrap.dedent(
 
     from turnkeep.conformance import (
         AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
-        HeldContract, IdsContract,
+        HeldContract, IdsContract, LoadAfterContract,
         ListContract, LoadContract, MetadataContract, OwnershipContract,
         SessionsContract, SummaryAppendContract, UnknownOutcomeContract,
     )
@@ -21,7 +21,7 @@ BROKEN = textwrap.dedent(
     from turnkeep.ids import validate_session_id
     from turnkeep.memory import MemoryPersistence, MemoryStorage
     from turnkeep.meta import FORMAT_VERSION
-    from turnkeep.persistence import EventRecord, SessionPage
+    from turnkeep.persistence import EventRecord, SessionPage, check_read_range
 
 
     class MergesReappends(MemoryPersistence):
@@ -459,6 +459,53 @@ BROKEN = textwrap.dedent(
 
     class TestProbesByTakingOver(HeldHarness):
         broken = ProbesByTakingOver
+
+
+    class ReadsFromTheGivenSeq(MemoryPersistence):
+        """Off by one: includes the record at `after` itself."""
+
+        async def load_after(self, session_id, after, limit):
+            check_read_range(after, limit)
+            events = (await self.load(session_id)).events
+            start = max(after, 0)
+            return events[start : start + limit]
+
+
+    class IgnoresTheLimit(MemoryPersistence):
+        """Returns every record after `after`, however many were asked for."""
+
+        async def load_after(self, session_id, after, limit):
+            check_read_range(after, limit)
+            return (await self.load(session_id)).events[after + 1 :]
+
+
+    class CountsInsteadOfSeq(MemoryPersistence):
+        """Answers `last_seq` with the number of records, one too many."""
+
+        async def last_seq(self, session_id):
+            return len((await self.load(session_id)).events)
+
+
+    class LoadAfterHarness(LoadAfterContract):
+        supports_load_after = True
+        broken = MemoryPersistence
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: self.broken(storage)
+
+
+    class TestReadsFromTheGivenSeq(LoadAfterHarness):
+        broken = ReadsFromTheGivenSeq
+
+
+    class TestIgnoresTheLimit(LoadAfterHarness):
+        broken = IgnoresTheLimit
+
+
+    class TestCountsInsteadOfSeq(LoadAfterHarness):
+        broken = CountsInsteadOfSeq
     '''
 )
 
@@ -549,6 +596,19 @@ EXPECTED_FAILURES = {
     "TestProbesByTakingOver": {
         "test_a_live_hold_is_seen_by_its_owner_and_by_others",
         "test_probing_takes_and_disturbs_no_hold",
+    },
+    "TestReadsFromTheGivenSeq": {
+        "test_every_range_is_the_matching_slice_of_load",
+        "test_after_the_end_is_empty_and_last_seq_is_the_last_record",
+        "test_new_flushes_are_seen_by_this_and_other_instances",
+    },
+    "TestIgnoresTheLimit": {
+        "test_every_range_is_the_matching_slice_of_load",
+        "test_new_flushes_are_seen_by_this_and_other_instances",
+    },
+    "TestCountsInsteadOfSeq": {
+        "test_after_the_end_is_empty_and_last_seq_is_the_last_record",
+        "test_new_flushes_are_seen_by_this_and_other_instances",
     },
     "TestKeepsDeletedText": {
         "test_delete_leaves_nothing_of_the_session_in_the_store",

@@ -48,6 +48,7 @@ class TestMemoryBackend(PersistenceContract):
     supports_byte_scan = True
     supports_lost_acknowledgement = True
     supports_held = True
+    supports_load_after = True
     supports_owner_death = True
 
     @pytest.fixture

@@ -35,7 +35,7 @@ from turnkeep.errors import (
 from turnkeep.hookspecs import hookimpl
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
-from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 
 __all__ = ["MemoryPersistence", "MemoryStorage", "register_persistence"]
 
@@ -144,6 +144,17 @@ class MemoryPersistence:
         stored = self._stored(session_id)
         self._check_version(stored.meta)
         return LoadedSession(meta=stored.meta, events=list(stored.events))
+
+    async def load_after(self, session_id: str, after: int, limit: int) -> list[bytes]:
+        """The stored records with seq > `after`, at most `limit`."""
+        check_read_range(after, limit)
+        stored = self._stored(session_id)
+        self._check_version(stored.meta)
+        return stored.events[after + 1 : after + 1 + limit]
+
+    async def last_seq(self, session_id: str) -> int:
+        """The last stored seq."""
+        return len(self._stored(session_id).events) - 1
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first."""

@@ -78,6 +78,17 @@ checks each one; the names in brackets are the kit's):
   the same moment is unaffected. It costs one look per id (a record, a
   lock probe, a lease), never a log read or a walk of the store. A backend
   without it is "unknown": listings keep its sessions' stored status.
+- [load-after] (optional methods `load_after` and `last_seq`,
+  `IncrementalRead`) `load_after(id, after, limit)` returns the stored raw
+  records with seq strictly greater than `after` (`-1`: from the start), at
+  most `limit` of them, in seq order: exactly what `load(id).events[after +
+  1 : after + 1 + limit]` would hold, durable records only (a torn tail is
+  never returned). After the end it returns `[]`. `last_seq(id)` is the seq
+  of the last durable record (`-1` for none). Both cost the records asked
+  for plus one indexed look (an offset, a row), never a read of the whole
+  log; damage in what they read raises `SessionCorruptError`, never a
+  shorter answer; an unknown id raises `SessionNotFoundError`. A backend
+  without them is served by `read_after` / `last_durable_seq` with `load`.
 - [errors] Driver errors are wrapped in `turnkeep.errors` types.
 """
 
@@ -109,6 +120,7 @@ __all__ = [
     "EventRecord",
     "ForkPoint",
     "HoldProbe",
+    "IncrementalRead",
     "LoadedSession",
     "SessionHeader",
     "SessionMeta",
@@ -117,8 +129,11 @@ __all__ = [
     "SessionStatus",
     "SessionSummary",
     "appends_summary",
+    "check_read_range",
     "delete_session",
+    "last_durable_seq",
     "probe_held",
+    "read_after",
     "validate_backend",
 ]
 
@@ -277,7 +292,31 @@ PROTOCOL_METHODS: tuple[str, ...] = (
     "aclose",
 )
 
-OPTIONAL_METHODS: tuple[str, ...] = ("held",)
+
+class IncrementalRead(Protocol):
+    """The optional methods that read a log's tail without reading it all."""
+
+    async def load_after(self, session_id: str, after: int, limit: int) -> list[bytes]:
+        """The durable records with seq > `after`, at most `limit` (see [load-after]).
+
+        Raises:
+            ValueError: `after` < -1 or `limit` < 1 (nothing was read).
+            SessionNotFoundError: nothing is stored under this id.
+            SessionCorruptError: acknowledged data it read is damaged.
+            UnsupportedFormatError: the stored format is newer than the code.
+        """
+        ...
+
+    async def last_seq(self, session_id: str) -> int:
+        """The seq of the session's last durable record, `-1` for none.
+
+        Raises:
+            SessionNotFoundError: nothing is stored under this id.
+        """
+        ...
+
+
+OPTIONAL_METHODS: tuple[str, ...] = ("held", "load_after", "last_seq")
 """Methods a backend may lack (older backends); if present, they are async."""
 
 
@@ -377,3 +416,46 @@ async def probe_held(
     if not session_ids:
         return {}
     return await cast("HoldProbe", backend).held(session_ids)
+
+
+def check_read_range(after: int, limit: int) -> None:
+    """Refuse a `load_after` range before anything is read.
+
+    Raises:
+        ValueError: `after` < -1 or `limit` < 1.
+    """
+    if after < -1:
+        raise ValueError(f"after must be -1 (from the start) or a seq, not {after}")
+    if limit < 1:
+        raise ValueError(f"limit must be positive, not {limit}")
+
+
+async def read_after(
+    backend: SessionPersistence, session_id: str, after: int, limit: int
+) -> list[bytes]:
+    """`backend.load_after(...)`, or a slice of `load` for a backend without it.
+
+    The records with seq > `after` (`-1`: from the start), at most `limit`,
+    in order (see [load-after]). The fallback reads the whole log, so a
+    backend written before `load_after` existed keeps working, only slower.
+
+    Raises:
+        ValueError, SessionNotFoundError, SessionCorruptError: as `load_after`.
+    """
+    check_read_range(after, limit)
+    if getattr(backend, "load_after", None) is not None:
+        native = cast("IncrementalRead", backend)
+        return await native.load_after(session_id, after, limit)
+    events = (await backend.load(session_id)).events
+    return events[after + 1 : after + 1 + limit]
+
+
+async def last_durable_seq(backend: SessionPersistence, session_id: str) -> int:
+    """`backend.last_seq(session_id)`, or the last seq `load` returns.
+
+    Raises:
+        SessionNotFoundError: nothing is stored under this id.
+    """
+    if getattr(backend, "last_seq", None) is not None:
+        return await cast("IncrementalRead", backend).last_seq(session_id)
+    return len((await backend.load(session_id)).events) - 1

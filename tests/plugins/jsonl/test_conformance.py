@@ -55,6 +55,7 @@ class TestJsonlBackend(PersistenceContract):
     supports_byte_scan = True
     supports_lost_acknowledgement = True
     supports_held = True
+    supports_load_after = True
     supports_owner_death = True
 
     @pytest.fixture

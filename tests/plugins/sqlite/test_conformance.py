@@ -28,6 +28,7 @@ class TestSqliteBackend(PersistenceContract):
     supports_byte_scan = True
     supports_lost_acknowledgement = True
     supports_held = True
+    supports_load_after = True
     supports_owner_death = True
 
     @pytest.fixture

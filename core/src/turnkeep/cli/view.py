@@ -1,8 +1,12 @@
 """Reading one session: `show` (the transcript) and `tail` (events as they land).
 
-Both only read. `tail --follow` polls `load` and prints only seqs it has not
-printed, so it keeps going while the writer crashes, restarts, or hands the
-session to another process: whatever becomes durable shows up once.
+Both only read. `tail` loads the session once (so damage anywhere in it is
+reported, as `show` does). `--follow` then polls the last durable seq and
+fetches only seqs it has not printed (`last_durable_seq`, `read_after`: a
+backend's incremental read, or a sliced `load` for one without it), so each
+poll costs the new events, not the session's size, and it keeps going
+while the writer crashes, restarts, or hands the session to another
+process: whatever becomes durable shows up once.
 """
 
 from __future__ import annotations
@@ -31,9 +35,17 @@ from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
 from turnkeep.ids import validate_session_id
 from turnkeep.listing import with_liveness
-from turnkeep.persistence import LoadedSession, SessionPersistence
+from turnkeep.persistence import (
+    LoadedSession,
+    SessionPersistence,
+    last_durable_seq,
+    read_after,
+)
 
 __all__ = ["register"]
+
+_PAGE = 1000
+"""Events fetched per `read_after` while catching up."""
 
 
 class _Shown(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,9 +183,9 @@ def tail(
     async def body() -> int:
         validate_session_id(session_id)
         async with open_store() as store, about(session_id):
-            loaded = await store.backend.load(session_id)
-            start = max(len(loaded.events) - count, 0)
-            printed = _print(loaded.events, start, store.host.codec, as_json)
+            events = (await store.backend.load(session_id)).events
+            _print(events[max(len(events) - count, 0) :], store.host.codec, as_json)
+            printed = len(events)
             if follow:
                 await _follow(
                     store.backend,
@@ -188,8 +200,24 @@ def tail(
     execute(body, interrupted=0)
 
 
-def _print(raws: list[bytes], start: int, codec: EventCodec, as_json: bool) -> int:
-    for raw in raws[start:]:
+async def _catch_up(
+    backend: SessionPersistence,
+    session_id: str,
+    printed: int,
+    codec: EventCodec,
+    as_json: bool,
+) -> int:
+    """Print the durable events from seq `printed` on; return the next seq."""
+    while True:
+        raws = await read_after(backend, session_id, printed - 1, _PAGE)
+        _print(raws, codec, as_json)
+        printed += len(raws)
+        if len(raws) < _PAGE:
+            return printed
+
+
+def _print(raws: list[bytes], codec: EventCodec, as_json: bool) -> None:
+    for raw in raws:
         if as_json:
             emit_raw_line(raw)
             continue
@@ -199,7 +227,6 @@ def _print(raws: list[bytes], start: int, codec: EventCodec, as_json: bool) -> i
             line = f"{'?':>6}  {clean(str(exc))}"
         click.echo(line)
     sys.stdout.flush()
-    return max(len(raws), start)
 
 
 async def _follow(
@@ -214,7 +241,17 @@ async def _follow(
     while True:
         await asyncio.sleep(interval)
         try:
-            loaded = await backend.load(session_id)
+            last = await last_durable_seq(backend, session_id)
+            if last + 1 < printed:
+                click.echo(
+                    f"turnkeep: {clean(session_id)} now has {last + 1} events, "
+                    f"fewer than the {printed} printed: it was deleted and stored "
+                    "again",
+                    err=True,
+                )
+                printed = 0
+            if last + 1 > printed:
+                printed = await _catch_up(backend, session_id, printed, codec, as_json)
         except (SessionNotFoundError, StorageError) as exc:
             # The writer may be restarting (or the store briefly unreadable):
             # say so once and keep polling.
@@ -223,14 +260,6 @@ async def _follow(
                 click.echo(f"turnkeep: waiting: {clean(str(exc))}", err=True)
             continue
         notice = None
-        if len(loaded.events) < printed:
-            click.echo(
-                f"turnkeep: {clean(session_id)} now has {len(loaded.events)} events, "
-                f"fewer than the {printed} printed: it was deleted and stored again",
-                err=True,
-            )
-            printed = 0
-        printed = _print(loaded.events, printed, codec, as_json)
 
 
 def register(group: click.Group) -> None:

@@ -33,6 +33,7 @@ from ._held import HeldContract
 from ._ids import HOSTILE_IDS, IdsContract
 from ._listing import ListContract
 from ._load import LoadContract
+from ._loadafter import LoadAfterContract
 from ._metadata import MetadataContract
 from ._outcome import UnknownOutcomeContract
 from ._ownership import OwnershipContract
@@ -49,6 +50,7 @@ __all__ = [
     "HeldContract",
     "IdsContract",
     "ListContract",
+    "LoadAfterContract",
     "LoadContract",
     "MakeBackend",
     "MetadataContract",
@@ -74,5 +76,6 @@ class PersistenceContract(
     SessionsContract,
     UnknownOutcomeContract,
     HeldContract,
+    LoadAfterContract,
 ):
     """Every contract at once."""

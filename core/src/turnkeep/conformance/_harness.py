@@ -72,6 +72,8 @@ class BackendHarness:
         supports_lost_acknowledgement: `lose_next_commit_reply` is
             implemented.
         supports_held: the backend has the optional `held` method.
+        supports_load_after: the backend has the optional `load_after` and
+            `last_seq` methods.
         supports_owner_death: `kill_owner` is implemented.
         supports_summary_append: `append` takes `summary=` and stores it in
             the flush's own atomic unit (true by default; a backend written
@@ -87,6 +89,7 @@ class BackendHarness:
     supports_byte_scan: ClassVar[bool] = False
     supports_lost_acknowledgement: ClassVar[bool] = False
     supports_held: ClassVar[bool] = False
+    supports_load_after: ClassVar[bool] = False
     supports_owner_death: ClassVar[bool] = False
     supports_summary_append: ClassVar[bool] = True
 

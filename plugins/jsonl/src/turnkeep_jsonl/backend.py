@@ -27,7 +27,7 @@ from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
 from turnkeep.ids import validate_session_id
 from turnkeep.maintenance import TailReport
 from turnkeep.meta import SessionMeta, SessionSummary
-from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
 
 from .backup import backup
@@ -128,6 +128,25 @@ class JsonlPersistence:
         """Return the session's metadata and durable events (read-only)."""
         session_id = validate_session_id(session_id)
         return await self._run(self._impl.load, session_id)
+
+    async def load_after(self, session_id: str, after: int, limit: int) -> list[bytes]:
+        """Durable events with seq > `after`, at most `limit` (read-only).
+
+        Read backwards from the log's end and verified there (`tail`); when
+        that cannot vouch for its answer, from a whole `load`.
+        """
+        session_id = validate_session_id(session_id)
+        check_read_range(after, limit)
+        found = await self._run(self._impl.reads.load_after, session_id, after, limit)
+        if found is not None:
+            return found
+        events = (await self.load(session_id)).events
+        return events[after + 1 : after + 1 + limit]
+
+    async def last_seq(self, session_id: str) -> int:
+        """The last durable seq (`-1` for none), from the last control line."""
+        session_id = validate_session_id(session_id)
+        return await self._run(self._impl.reads.last_seq, session_id)
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """One page of stored sessions, newest first, from the catalog."""

@@ -23,6 +23,7 @@ from turnkeep.errors import (
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession
 
+from . import tail
 from .catalog import Catalog, Entry, Gone
 from .format import MAX_HEADER_BYTES, Sidecar, encode_sidecar
 from .handle import Handle, check_watermark, scan_log
@@ -129,6 +130,52 @@ class Unheld:
                 ops.close(fd)
             return loaded_session(result, sidecar)
         raise SessionNotFoundError(f"no stored session {session_id!r}")
+
+    def load_after(self, session_id: str, after: int, limit: int) -> list[bytes] | None:
+        """Events with seq > `after`, at most `limit`, read from the log's end.
+
+        `None` when the tail walk could not verify its answer (see `tail`):
+        the caller then loads the whole log, which is authoritative.
+        """
+        ops = self.store.ops
+        stem, gfd = self._locate(session_id)
+        try:
+            fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
+        except FileNotFoundError:
+            return None  # deleted or replaced meanwhile: `load` looks again
+        except OSError as exc:
+            raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+        try:
+            size = ops.fstat(fd).st_size
+            return tail.read_after(
+                ops,
+                fd,
+                size,
+                where=(session_id, gfd, stem),
+                after=after,
+                limit=limit,
+            )
+        except OSError as exc:
+            raise storage_error(f"cannot read the log of {session_id!r}", exc) from exc
+        finally:
+            ops.close(fd)
+
+    def last_seq(self, session_id: str) -> int:
+        """The last durable seq, from the log's last control line."""
+        ops = self.store.ops
+        stem, gfd = self._locate(session_id)
+        try:
+            fd = ops.open(stem + LOG_SUFFIX, READ_FLAGS, dir_fd=gfd)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
+        except OSError as exc:
+            raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
+        try:
+            return tail.last_seq(ops, fd, ops.fstat(fd).st_size)
+        except OSError as exc:
+            raise storage_error(f"cannot read the log of {session_id!r}", exc) from exc
+        finally:
+            ops.close(fd)
 
     def _moved(self, fd: int, before: os.stat_result, gfd: int, stem: str) -> bool:
         ops = self.store.ops

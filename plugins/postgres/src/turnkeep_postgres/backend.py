@@ -40,7 +40,7 @@ from turnkeep.errors import (
 )
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionMeta, SessionSummary
-from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep_postgres import reads, writes
 from turnkeep_postgres.config import PostgresConfig
 from turnkeep_postgres.schema import check_server, configure_connection, migrate
@@ -209,6 +209,25 @@ class PostgresPersistence:
                 f"loading {session_id!r}",
                 lambda conn, q: reads.load(conn, q, session_id, limit),
             )
+
+    async def load_after(self, session_id: str, after: int, limit: int) -> list[bytes]:
+        """Durable events with seq > `after`, at most `limit` (an index range)."""
+        session_id = validate_session_id(session_id)
+        check_read_range(after, limit)
+        window, most = (after, limit), self.config.max_event_bytes
+        with self._damaged.watch(session_id):
+            return await self._read(
+                f"reading {session_id!r}",
+                lambda conn, q: reads.load_after(conn, q, session_id, window, most),
+            )
+
+    async def last_seq(self, session_id: str) -> int:
+        """The last durable seq (`-1` for none), from the session row."""
+        session_id = validate_session_id(session_id)
+        return await self._read(
+            f"reading {session_id!r}",
+            lambda conn, q: reads.last_seq(conn, q, session_id),
+        )
 
     async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
         """Page through stored sessions, newest first, from the index alone."""

@@ -34,7 +34,16 @@ from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep_postgres import turnends
 from turnkeep_postgres.statements import Queries
 
-__all__ = ["decode_cursor", "encode_cursor", "has", "held", "list_page", "load"]
+__all__ = [
+    "decode_cursor",
+    "encode_cursor",
+    "has",
+    "held",
+    "last_seq",
+    "list_page",
+    "load",
+    "load_after",
+]
 
 _CURSOR_TAG: Final = "pg1"
 _cursor_encoder: Final = msgspec.json.Encoder()
@@ -170,6 +179,74 @@ async def load(
         session_id=session_id,
         offset=index,
     )
+
+
+async def load_after(
+    conn: AsyncConnection[Any],
+    queries: Queries,
+    session_id: str,
+    window: tuple[int, int],
+    max_bytes: int,
+) -> list[bytes]:
+    """Durable events with seq > `after`, at most `limit`: one index range.
+
+    `window` is `(after, limit)`. The row's `next_seq` bounds the range, so
+    rows of a flush landing meanwhile are not asked for.
+
+    Raises:
+        SessionNotFoundError, UnsupportedFormatError, SessionCorruptError:
+            as `load`, for the rows asked for.
+    """
+    after, limit = window
+    version, count = await _tail_row(conn, queries, session_id)
+    if version > FORMAT_VERSION:
+        raise newer_format(session_id, version)
+    start, end = after + 1, min(count, after + 1 + limit)
+    if start >= end:
+        return []
+    params = {"id": session_id, "start": start, "end": end, "max": max_bytes}
+    async with conn.cursor(binary=True) as cur:
+        await cur.execute(queries.load_range, params)
+        rows = await cur.fetchall()
+    events: list[bytes] = []
+    for seq, raw, size in rows:
+        if seq != start + len(events):
+            break
+        if raw is None:
+            raise SessionCorruptError(
+                f"session {session_id!r}: event {seq} is {size} bytes, over "
+                "max_event_bytes; the database was damaged or edited",
+                session_id=session_id,
+                offset=seq,
+            )
+        events.append(bytes(raw))
+    if len(events) == end - start:
+        return events
+    await _tail_row(conn, queries, session_id)  # deleted meanwhile: not found
+    missing = start + len(events)
+    raise SessionCorruptError(
+        f"session {session_id!r}: acknowledged event {missing} of {count} is "
+        "missing; the database was damaged or edited. Restore it from a backup.",
+        session_id=session_id,
+        offset=missing,
+    )
+
+
+async def last_seq(
+    conn: AsyncConnection[Any], queries: Queries, session_id: str
+) -> int:
+    """The last durable seq, from the session row alone."""
+    return (await _tail_row(conn, queries, session_id))[1] - 1
+
+
+async def _tail_row(
+    conn: AsyncConnection[Any], queries: Queries, session_id: str
+) -> tuple[int, int]:
+    cur = await conn.execute(queries.tail_row, {"id": session_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    return int(row[0]), int(row[1])
 
 
 async def list_page(

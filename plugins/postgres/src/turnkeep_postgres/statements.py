@@ -85,6 +85,8 @@ class Queries:
     held: bytes
     load_meta: bytes
     load_events: bytes
+    tail_row: bytes
+    load_range: bytes
     list_first: bytes
     list_after: bytes
 
@@ -288,6 +290,15 @@ def _texts() -> dict[str, LiteralString]:
             "SELECT seq, CASE WHEN octet_length(raw) <= %(max)s THEN raw END,"
             " octet_length(raw) FROM {events}"
             " WHERE session_id = %(id)s AND seq < %(count)s ORDER BY seq"
+        ),
+        "tail_row": (
+            "SELECT format_version, next_seq FROM {sessions}"
+            " WHERE id = %(id)s AND next_seq > 0"
+        ),
+        "load_range": (
+            "SELECT seq, CASE WHEN octet_length(raw) <= %(max)s THEN raw END,"
+            " octet_length(raw) FROM {events} WHERE session_id = %(id)s"
+            " AND seq >= %(start)s AND seq < %(end)s ORDER BY seq"
         ),
         "list_first": (
             "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"

@@ -38,7 +38,7 @@ from turnkeep.errors import (
 )
 from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionMeta, SessionSummary
-from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
 from turnkeep_sqlite import reads, writes
 from turnkeep_sqlite.backup import backup_into, make_target
@@ -172,6 +172,20 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         with self._damaged.watch(session_id):  # later appends are refused too
             return await self._read(lambda conn: reads.load(conn, session_id))
+
+    async def load_after(self, session_id: str, after: int, limit: int) -> list[bytes]:
+        """Durable events with seq > `after`, at most `limit` (an index range)."""
+        session_id = validate_session_id(session_id)
+        check_read_range(after, limit)
+        with self._damaged.watch(session_id):
+            return await self._read(
+                lambda conn: reads.load_after(conn, session_id, after, limit)
+            )
+
+    async def last_seq(self, session_id: str) -> int:
+        """The last durable seq (`-1` for none), from the session row."""
+        session_id = validate_session_id(session_id)
+        return await self._read(lambda conn: reads.last_seq(conn, session_id))
 
     async def read_intact(self, session_id: str) -> IntactLog:
         """Events up to the first missing or unreadable row (salvage). Read-only."""

@@ -63,8 +63,10 @@ __all__ = [
     "has",
     "held",
     "intact",
+    "last_seq",
     "list_page",
     "load",
+    "load_after",
 ]
 
 _HELD_BATCH: Final = 500
@@ -93,6 +95,9 @@ _LIST_AFTER: Final = (
     "FROM sessions WHERE next_seq > 0 "
     "AND (updated_at < ?1 OR (updated_at = ?1 AND id > ?2)) "
     "ORDER BY updated_at DESC, id LIMIT ?3"
+)
+_TAIL_META: Final = (
+    "SELECT key, format_version, next_seq FROM sessions WHERE id = ? AND next_seq > 0"
 )
 _cursor_encoder: Final = msgspec.json.Encoder()
 _cursor_decoder: Final = msgspec.json.Decoder(tuple[int, str])
@@ -317,6 +322,56 @@ def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
             offset=first_gap,
         )
     return LoadedSession(meta=meta, events=events)
+
+
+def load_after(
+    conn: sqlite3.Connection, session_id: str, after: int, limit: int
+) -> list[bytes]:
+    """Durable events with seq > `after`, at most `limit`: one index range."""
+    row = conn.execute(_TAIL_META, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    key, version, count = row
+    if version > FORMAT_VERSION:
+        raise newer_format(session_id, version)
+    start, end = after + 1, min(count, after + 1 + limit)
+    if start >= end:
+        return []
+    try:
+        events: list[bytes] = list(
+            chain.from_iterable(
+                conn.execute(
+                    "SELECT raw FROM events WHERE session_key = ? AND seq >= ? "
+                    "AND seq < ? ORDER BY seq",
+                    (key, start, end),
+                )
+            )
+        )
+    except sqlite3.Error as exc:
+        if is_corrupt(exc) or primary_code(exc) == _TOOBIG:
+            raise SessionCorruptError(
+                f"session {session_id!r}: events from seq {start} cannot be read: "
+                f"{exc}",
+                session_id=session_id,
+            ) from exc
+        raise
+    if len(events) != end - start:
+        # seq is unique in the range, so a short read means a gap.
+        raise SessionCorruptError(
+            f"session {session_id!r}: events {start}..{end - 1} were acknowledged "
+            f"but only {len(events)} of them are stored; the database was "
+            "damaged or edited",
+            session_id=session_id,
+        )
+    return events
+
+
+def last_seq(conn: sqlite3.Connection, session_id: str) -> int:
+    """The last durable seq, from the session row alone."""
+    row = conn.execute(_TAIL_META, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    return int(row[2]) - 1
 
 
 def intact(conn: sqlite3.Connection, session_id: str) -> IntactLog:
