@@ -14,7 +14,16 @@ from typing import Final, TypeVar
 from turnkeep.errors import ConfigurationError
 from turnkeep.secretrules import Rule
 
-__all__ = ["FOLD", "Places", "Probe", "find_all", "lower_copy", "near", "probes"]
+__all__ = [
+    "FOLD",
+    "Places",
+    "Probe",
+    "Variants",
+    "find_all",
+    "lower_copy",
+    "near",
+    "probes",
+]
 
 _Text = TypeVar("_Text", str, bytes)
 _WINDOWS: Final = 24
@@ -37,13 +46,23 @@ Probe = tuple[
     tuple[tuple[bytes, int], ...],
     str,
     int,
+    "tuple[Variants, ...]",
 ]
 """One pre-filter test: characters one of which must be there; one regex
 finding the exact triggers (its match's `lastindex` indexes their rules);
 lowercase triggers (and as UTF-8), and the upper-case letters of those
 with the characters folded to them (any of them there: the lowercase
 triggers are looked for in a lowered copy); how far before a needed
-character those triggers start (0: unknown)."""
+character those triggers start (0: unknown); and, for a test without
+one and with few lowercase triggers, `Variants` to find those with instead
+of a lowered copy."""
+Variants = tuple[str, int, tuple[tuple[str, "re.Pattern[str]"], ...]]
+"""A lowercase trigger, its rules, and one regex per way its first
+character can be written (`b(?i:earer)`, `B(?i:earer)`): each starts with a
+literal, which `re` skips to in C, and `(?i)` matches the rest in any case
+(twice that is cheaper than lowering a copy of a text not in ASCII)."""
+_VARIANTS: Final = 2
+"""Lowercase triggers up to which a test uses `Variants`."""
 
 
 def _exact(
@@ -124,9 +143,27 @@ def probes(rules: tuple[Rule, ...]) -> tuple[Probe, ...]:
                         )
                     ),
                     reach.get(needs, 0),
+                    ()
+                    if reach.get(needs, 0) or len(lower) > _VARIANTS
+                    else tuple(_variants(t, m) for t, m in lower.items()),
                 )
             )
     return tuple(probes)
+
+
+def _variants(trigger: str, rules: int) -> Variants:
+    first = trigger[0]
+    ways = {first, first.upper(), *(chr(c) for c, a in FOLD.items() if a == first)}
+    rest = f"(?i:{re.escape(trigger[1:])})" if trigger[1:] else ""
+    return (
+        trigger,
+        rules,
+        tuple(
+            (way, re.compile(re.escape(way) + rest))
+            # the trigger as written first: found without a gate
+            for way in sorted(ways, key=lambda w: w != first)
+        ),
+    )
 
 
 def lower_copy(text: str) -> str | bytes:

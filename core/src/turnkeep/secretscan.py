@@ -256,7 +256,7 @@ class SecretScanner:
         mask = self._always
         lowered: str | bytes | None = None
         places: Places = {}
-        for needs, exact, masks, lower, lower_b, upper, reach in self._probes:
+        for needs, exact, masks, lower, lower_b, upper, reach, variants in self._probes:
             if needs:
                 for char in needs:
                     if char in text:
@@ -270,11 +270,6 @@ class SecretScanner:
                     found = exact.search(text, found.start() + 1)
             if not lower:
                 continue
-            if reach and near(text, needs, reach, lower, places):
-                for trigger, rules in lower:
-                    if (needs, trigger) in places:
-                        mask |= rules
-                continue
             for char in upper:
                 if char in text:
                     break
@@ -285,7 +280,27 @@ class SecretScanner:
                     if trigger in text:
                         mask |= rules
                 continue
+            if variants:
+                for trigger, rules, ways in variants:
+                    key = (needs, trigger)
+                    for way, finder in ways:
+                        if way != trigger[0] and way not in text:
+                            continue
+                        found = finder.search(text)
+                        while found is not None:
+                            places.setdefault(key, []).append(found.start())
+                            found = finder.search(text, found.start() + 1)
+                    if key in places:
+                        mask |= rules
+                continue
             if lowered is None:
+                # A look before each needed character is cheaper than a
+                # lowered copy, not than searching one already made.
+                if reach and near(text, needs, reach, lower, places):
+                    for trigger, rules in lower:
+                        if (needs, trigger) in places:
+                            mask |= rules
+                    continue
                 lowered = lower_copy(text)
             if isinstance(lowered, str):
                 for trigger, rules in lower:
