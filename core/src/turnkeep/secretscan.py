@@ -270,6 +270,19 @@ class SecretScanner:
                     found = exact.search(text, found.start() + 1)
             if not lower:
                 continue
+            if (
+                reach
+                and lowered is None
+                and not text.isascii()
+                and near(text, needs, reach, lower, places)
+            ):
+                # Outside ASCII, a search of the whole text (or lowering a
+                # copy of it) costs more than a look before each needed
+                # character; in ASCII it is a `memchr` or two.
+                for trigger, rules in lower:
+                    if (needs, trigger) in places:
+                        mask |= rules
+                continue
             for char in upper:
                 if char in text:
                     break
@@ -294,13 +307,6 @@ class SecretScanner:
                         mask |= rules
                 continue
             if lowered is None:
-                # A look before each needed character is cheaper than a
-                # lowered copy, not than searching one already made.
-                if reach and near(text, needs, reach, lower, places):
-                    for trigger, rules in lower:
-                        if (needs, trigger) in places:
-                            mask |= rules
-                    continue
                 lowered = lower_copy(text)
             if isinstance(lowered, str):
                 for trigger, rules in lower:
