@@ -12,13 +12,16 @@ passed, whose branches each start with a literal character
 (`Rule.search`). Text without any trigger (most of a conversation) is
 returned as the same object.
 
-Lowercase triggers of rules with a `reach` (`token = ...`) are looked for
-only in the few characters before each needed character (a `str.find`
-each), while there are at most `_WINDOWS` of those. Other lowercase
-triggers are searched in the text itself when it holds none of their
-letters in upper case (a match would then be there in lower case), else in
-one lowered copy. Either way, the characters that `re` matches to an ASCII
-letter when ignoring case (the Kelvin sign, the long s) are folded first.
+In text beyond ASCII, lowercase triggers of rules with a `reach`
+(`token = ...`) are looked for only in the few characters before each
+needed character (a `str.find` each), while there are at most `_WINDOWS`
+of those. A test with one or two other lowercase triggers (`bearer`) finds
+them with a regex per way of writing their first letter (`Variants`).
+Otherwise lowercase triggers are searched in the text itself when it holds
+none of their letters in upper case (a match would then be there in lower
+case), else in one lowered copy. Either way, the characters that `re`
+matches to an ASCII letter when ignoring case (the Kelvin sign, the long
+s) count as that letter.
 Where triggers were found is where the rules' pattern is then tried
 (`Rule.lead`), instead of searching the whole text. A rule without
 triggers (a user's pattern, the opt-in high-entropy rule) runs on every
