@@ -22,12 +22,12 @@ round-robin, REPS times:
   (for reference; it is not what runs).
 
 Goal (issue 12): redaction at most 10% of turnkeep's own durable turn,
-`max(redact_clean, redact_triggered) / jsonl_off <= 0.10`. Medians and best
-runs are printed: on a busy machine CPU-bound redaction slows down more than
-an fsync does. `python -m benchmarks.bench_redaction --callgrind` measures
-the same share in instructions (valgrind's callgrind, independent of load;
-an fsync costs no instructions, so the measured fsync time is printed next
-to it).
+`max(redact_clean, redact_triggered, redact_prose) / jsonl_off <= 0.10`.
+Medians and best runs are printed: on a busy machine CPU-bound redaction
+slows down more than an fsync does. `python -m benchmarks.bench_redaction
+--callgrind` measures the same share in instructions (valgrind's callgrind,
+independent of load; an fsync costs no instructions, so the measured fsync
+time is printed next to it).
 """
 
 from __future__ import annotations
@@ -97,6 +97,9 @@ def with_insert(turn: list[SessionEvent], insert: str) -> list[SessionEvent]:
         out.append(msgspec.structs.replace(event, data=data))
     return out
 
+
+_REDACT_MODES = ("redact_clean", "redact_triggered", "redact_prose")
+"""The turns whose worst share is held to the goal."""
 
 TRIGGER = " token: x "
 """A trigger and the `:` an assignment needs, but no secret: the field takes
@@ -267,7 +270,7 @@ def main() -> dict[str, Any]:
     result: dict[str, Any] = {"kb": kb, "median_us": medians, "best_us": best}
     for label, values in (("median", medians), ("best", best)):
         added = values["jsonl_on"] - values["jsonl_off"]
-        worst = max(values[k] for k in ("redact_clean", "redact_triggered"))
+        worst = max(values[k] for k in _REDACT_MODES)
         ratio = worst / values["jsonl_off"]
         verdict = "meets" if ratio <= 0.10 else "misses"
         clean = values["redact_clean"] / values["jsonl_off"]
@@ -284,13 +287,21 @@ def main() -> dict[str, Any]:
 
 # -- instruction counts ----------------------------------------------------------
 
-_IR_MODES = ("setup", "redact_clean", "redact_triggered", "jsonl_off", "jsonl_on")
+_IR_MODES = (
+    "setup",
+    "redact_clean",
+    "redact_triggered",
+    "redact_prose",
+    "jsonl_off",
+    "jsonl_on",
+)
 
 
 def ir_mode(mode: str) -> None:
     """Run IR_TURNS turns of `mode` after a warm-up that every mode shares."""
     turns = workload(IR_TURNS)
     triggered = [with_insert(turn, TRIGGER) for turn in turns]
+    prose = [with_insert(turn, PROSE) for turn in turns]
     scratch = Path(tempfile.mkdtemp(prefix="bench-redaction-ir-"))
 
     async def run() -> None:
@@ -299,11 +310,15 @@ def ir_mode(mode: str) -> None:
             redactor = SecretRedactor()
             for warm in (True, False):
                 await durable_turn(sessions[warm], turns[0])
-            redact_turns(turns[:1] + triggered[:1], sessions[False], redactor)
+            redact_turns(
+                turns[:1] + triggered[:1] + prose[:1], sessions[False], redactor
+            )
             if mode == "redact_clean":
                 redact_turns(turns, sessions[False], redactor)
             elif mode == "redact_triggered":
                 redact_turns(triggered, sessions[False], redactor)
+            elif mode == "redact_prose":
+                redact_turns(prose, sessions[False], redactor)
             elif mode in ("jsonl_off", "jsonl_on"):
                 for turn in turns:
                     await durable_turn(sessions[mode == "jsonl_on"], turn)
@@ -355,7 +370,7 @@ def callgrind() -> dict[str, Any]:
     print(f"instructions per turn (callgrind, {IR_TURNS} turns minus setup):")
     for mode, ir in per_turn.items():
         print(f"  {mode:<17} {ir / 1e3:10.1f} k  x{ir / per_turn['jsonl_off']:.3f}")
-    worst = max(per_turn["redact_clean"], per_turn["redact_triggered"])
+    worst = max(per_turn[k] for k in _REDACT_MODES)
     ratio = worst / per_turn["jsonl_off"]
     added = (per_turn["jsonl_on"] - per_turn["jsonl_off"]) / per_turn["jsonl_off"]
     verdict = "meets" if ratio <= 0.10 else "misses"

@@ -27,7 +27,12 @@ KEY_WORDS = (
     "password", "PASSWORD", "PassWord", "passwd", "secret", "SECRET", "Secret",
     "token", "TOKEN", "ToKeN", "api_key", "API_KEY", "apikey", "ApiKey",
     "access_key", "ACCESS_KEY",
+    # Letters `re` matches to ASCII ones when ignoring case (long s,
+    # Kelvin sign, dotted and dotless i): the rules catch these too.
+    "pa\u017f\u017fword", "to\u212aen", "ap\u0130key", "AP\u0131KEY",
 )  # fmt: skip
+GAPS = (": ", "=", '="', "' : '", "\"\t \n=\u3000 '")
+"""Between word and value: up to a quote and three spaces each side."""
 SECRETS = (
     "AKIAIOSFODNN7EXAMPLE",
     "ASIAQWERTYUIOPASDFGH",
@@ -42,7 +47,7 @@ SECRETS = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7abc\n"
     "-----END RSA PRIVATE KEY-----",
     *(f"{w} abcdef0123456789ABC" for w in ("Bearer", "BEARER", "bEaReR", "bearer")),
-    *(f"{w}{sep}hunter22x" for w in KEY_WORDS for sep in (": ", "=", '="', "' : '")),
+    *(f"{w}{sep}hunter22x" for w in KEY_WORDS for sep in GAPS),
 )
 FILLER = (
     "plän", "目標", "the", "A", "key", "well-known", "user@example.com", "a:b",
@@ -72,6 +77,24 @@ def test_the_prefilter_finds_what_the_rules_alone_find() -> None:
         assert PREFILTERED.scan(text) == expected, text
         redacted += expected != text
     assert redacted > 1000  # the corpus holds plenty of secrets
+
+
+@pytest.mark.parametrize("crowd", ["x=1 ", "a: b\n", "k=v:w "])
+def test_text_crowded_with_colons_or_equals_finds_what_the_rules_find(
+    crowd: str,
+) -> None:
+    # Past a few `:`/`=`, the assignment triggers are searched in the whole
+    # text instead of just before each: the same matches either way.
+    for count in (1, 11, 12, 13, 40):
+        for text in corpus(300, seed=count):
+            crowded = crowd * count + text + crowd * count
+            assert PREFILTERED.scan(crowded) == REFERENCE.scan(crowded), crowded
+
+
+def test_look_alike_letters_in_a_key_word_are_redacted() -> None:
+    for word in ("pa\u017f\u017fword", "to\u212aen", "ap\u0130key", "AP\u0131KEY"):
+        for text in (f"{word}: hunter22x", "x=1 " * 30 + f"{word}=hunter22x"):
+            assert "hunter22x" not in PREFILTERED.scan(text), text
 
 
 def test_every_secret_shape_alone_in_every_surrounding_is_found() -> None:

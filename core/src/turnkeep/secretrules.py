@@ -40,6 +40,11 @@ class Rule:
             the combined pass several times faster. Defaults to `regex`.
         check: called with the matched text; returns whether to replace it
             (the high-entropy rule measures the token).
+        reach: how far before one of `needs` a match's (lowercase) trigger
+            starts, at most (`password" =`: 12); then the triggers are
+            looked for only in the `reach` characters before each needed
+            character, not in a lowered copy of the whole text. `None`:
+            unknown (or unbounded).
     """
 
     name: str
@@ -50,6 +55,7 @@ class Rule:
     needs: str = ""
     cased: bool = False
     lead: int | None = None
+    reach: int | None = None
 
 
 def _bounded(first: str, rest: str) -> str:
@@ -70,11 +76,20 @@ def _any_case(words: str, rest: str) -> str:
 
 
 _ASSIGNED: Final = r"""["']?\s{0,3}[:=]\s{0,3}["']?(?P<secret>[^\s"',;]{6,})"""
+_GAP: Final = 4
+"""The most characters `_ASSIGNED` allows between the word and its `:`/`=`."""
 _BEARER: Final = r"\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"
 _SK_TAIL: Final = r"k-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"
 
 
 def _assignment(words: str, *triggers: str, lead: int = 0) -> Rule:
+    # From where a trigger starts in a word to the word's end, plus the gap.
+    reach = _GAP + max(
+        len(word) - word.index(trigger)
+        for word in words.split("|")
+        for trigger in triggers
+        if trigger in word
+    )
     return Rule(
         "secret-assignment",
         f"(?i)(?:{words}){_ASSIGNED}",
@@ -82,6 +97,7 @@ def _assignment(words: str, *triggers: str, lead: int = 0) -> Rule:
         _any_case(words, _ASSIGNED),
         needs=":=",
         lead=lead,
+        reach=reach,
     )
 
 

@@ -12,21 +12,32 @@ passed, whose branches each start with a literal character
 (`Rule.search`). Text without any trigger (most of a conversation) is
 returned as the same object.
 
-Lowercase triggers are searched in the text itself when it holds none of
-their letters in upper case (a match would then be there in lower case),
-else in one lowered copy. A rule without triggers (a user's pattern, the
-opt-in high-entropy rule) runs on every text. `turnkeep.redaction` decides
-which fields are scanned.
+In text beyond ASCII, lowercase triggers of rules with a `reach`
+(`token = ...`) are looked for only in the few characters before each
+needed character (a `str.find` each), while there are at most `_WINDOWS`
+of those. A test with one or two other lowercase triggers (`bearer`) finds
+them with a regex per way of writing their first letter (`Variants`).
+Otherwise lowercase triggers are searched in the text itself when it holds
+none of their letters in upper case (a match would then be there in lower
+case), else in one lowered copy. Either way, the characters that `re`
+matches to an ASCII letter when ignoring case (the Kelvin sign, the long
+s) count as that letter.
+Where triggers were found is where the rules' pattern is then tried
+(`Rule.lead`), instead of searching the whole text. A rule without
+triggers (a user's pattern, the opt-in high-entropy rule) runs on every
+text. `turnkeep.redaction` decides which fields are scanned.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Final, TypeVar
+from collections.abc import Iterator
+from typing import Final
 
 import attrs
 
 from turnkeep.errors import ConfigurationError
+from turnkeep.secretprobe import Places, Probe, find_all, lower_copy, near, probes
 from turnkeep.secretrules import DEFAULT_RULES, HIGH_ENTROPY, Rule, rules_from
 
 __all__ = [
@@ -38,7 +49,6 @@ __all__ = [
 ]
 
 
-_Text = TypeVar("_Text", str, bytes)
 _JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
 """Text that JSON encoders write as it is (no quote, backslash or control)."""
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
@@ -59,94 +69,6 @@ def _branches(rule: Rule) -> str:
     return body
 
 
-_Probe = tuple[
-    str,
-    "re.Pattern[str] | None",
-    tuple[int, ...],
-    tuple[tuple[str, int], ...],
-    tuple[tuple[bytes, int], ...],
-    str,
-]
-"""One pre-filter test: characters one of which must be there; one regex
-finding the exact triggers (its match's `lastindex` indexes their rules);
-lowercase triggers (and as UTF-8), and the upper-case letters of those
-(any of them there: the lowercase triggers are looked for in a lowered
-copy)."""
-
-
-def _exact(
-    needs: str, triggers: dict[str, int]
-) -> tuple[re.Pattern[str], tuple[int, ...]]:
-    """One regex for `triggers`, each branch ending in an empty group.
-
-    A trigger holding one of `needs` is found from that character, with
-    the part before it as a lookbehind: then every branch starts with the
-    same literal, and `re` skips to it in C (a substring search per
-    trigger reads the whole text each time).
-    """
-    by_anchor: dict[str, list[str]] = {}
-    masks: list[int] = [0]
-    for trigger, rules in triggers.items():
-        at = min((i for i, c in enumerate(trigger) if c in needs), default=-1)
-        anchor = trigger[at] if at >= 0 else ""
-        head = f"(?<={re.escape(trigger[: at + 1])})" if at > 0 else ""
-        tail = re.escape(trigger[at + 1 :] if at >= 0 else trigger)
-        by_anchor.setdefault(anchor, []).append(f"{head}{tail}()")
-        masks.append(rules)
-    return (
-        re.compile(
-            "|".join(
-                f"{re.escape(anchor)}(?:{'|'.join(branches)})"
-                for anchor, branches in by_anchor.items()
-            )
-        ),
-        tuple(masks),
-    )
-
-
-def _probes(rules: tuple[Rule, ...]) -> tuple[_Probe, ...]:
-    """The pre-filter of `rules`: one test per distinct `needs`.
-
-    Raises:
-        ConfigurationError: a rule has `needs` but no triggers, or a
-            trigger that is not found in any case is not lowercase ASCII.
-    """
-    groups: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
-    for index, rule in enumerate(rules):
-        if rule.needs and not rule.triggers:
-            raise ConfigurationError(
-                f"redaction rule {rule.name!r} has `needs` but no triggers"
-            )
-        cased, lower = groups.setdefault(rule.needs, ({}, {}))
-        for trigger in rule.triggers:
-            if not trigger or not (
-                rule.cased or (trigger.isascii() and trigger == trigger.lower())
-            ):
-                raise ConfigurationError(
-                    f"redaction rule {rule.name!r}: trigger {trigger!r} must be "
-                    "non-empty lowercase ASCII (or the rule `cased`)"
-                )
-            into = cased if rule.cased else lower
-            into[trigger] = into.get(trigger, 0) | 1 << index
-    probes: list[_Probe] = []
-    for needs, (cased, lower) in groups.items():
-        exact, masks = _exact(needs, cased) if cased else (None, ())
-        if cased or lower:
-            probes.append(
-                (
-                    needs,
-                    exact,
-                    masks,
-                    tuple(lower.items()),
-                    tuple((t.encode(), m) for t, m in lower.items()),
-                    "".join(
-                        sorted({c.upper() for t in lower for c in t if c.isalpha()})
-                    ),
-                )
-            )
-    return tuple(probes)
-
-
 @attrs.define(eq=False)
 class SecretScanner:
     """Replaces every match of its rules with `[REDACTED:<name>]` in one pass.
@@ -159,11 +81,11 @@ class SecretScanner:
     rules: tuple[Rule, ...]
     _regexes: tuple[re.Pattern[str], ...] = attrs.field(init=False, default=())
     _always: int = attrs.field(init=False, default=0)
-    _probes: tuple[_Probe, ...] = attrs.field(init=False, default=())
-    _placed: tuple[tuple[int, bool, tuple[str, ...]], ...] = attrs.field(
+    _probes: tuple[Probe, ...] = attrs.field(init=False, default=())
+    _placed: tuple[tuple[int, bool, tuple[str, ...], str], ...] = attrs.field(
         init=False, default=()
     )
-    """Per rule: lead, cased, triggers (for `_starts`)."""
+    """Per rule: lead, cased, triggers, needs (for `_starts`)."""
     _unled: int = attrs.field(init=False, default=0)
     _compiled: dict[int, re.Pattern[str]] = attrs.field(
         init=False, factory=dict[int, re.Pattern[str]]
@@ -181,9 +103,10 @@ class SecretScanner:
             if not rule.triggers:
                 self._always |= 1 << index
         self._regexes = tuple(regexes)
-        self._probes = _probes(self.rules)
+        self._probes = probes(self.rules)
         self._placed = tuple(
-            (rule.lead or 0, rule.cased, rule.triggers) for rule in self.rules
+            (rule.lead or 0, rule.cased, rule.triggers, rule.needs)
+            for rule in self.rules
         )
         self._unled = self._always | sum(
             1 << i for i, rule in enumerate(self.rules) if rule.lead is None
@@ -211,25 +134,13 @@ class SecretScanner:
 
     def scan(self, text: str) -> str:
         """Return `text` with every secret replaced (`text` itself if none)."""
-        mask, lowered = self._prefilter(text)
+        mask, lowered, places = self._prefilter(text)
         if not mask:
             return text
-        starts = self._starts(text, mask, lowered)
-        if starts is None:
-            return self._pattern(mask).sub(lambda m: self._replace(m, mask), text)
-        # Every match starts within its rule's `lead` before one of its
-        # triggers, so trying those places in order finds the same matches
-        # as a search of the whole text, without reading all of it.
-        match = self._pattern(mask).match
         pieces: list[str] = []
         pos = 0
-        for start in starts:
-            if start < pos:
-                continue
-            found = match(text, start)
-            if found is None:
-                continue
-            pieces.append(text[pos:start])
+        for found in self._matches(text, mask, lowered, places):
+            pieces.append(text[pos : found.start()])
             pieces.append(self._replace(found, mask))
             pos = found.end()
         if not pieces:
@@ -237,36 +148,67 @@ class SecretScanner:
         pieces.append(text[pos:])
         return "".join(pieces)
 
+    def _matches(
+        self, text: str, mask: int, lowered: str | bytes | None, places: Places
+    ) -> Iterator[re.Match[str]]:
+        """The matches of the rules in `mask`, as `finditer` finds them."""
+        pattern = self._pattern(mask)
+        starts = self._starts(text, mask, lowered, places)
+        if starts is None:
+            yield from pattern.finditer(text)
+            return
+        # Every match starts within its rule's `lead` before one of its
+        # triggers, so trying those places in order finds the same matches
+        # as a search of the whole text, without reading all of it.
+        match = pattern.match
+        pos = 0
+        for start in starts:
+            if start < pos:
+                continue
+            found = match(text, start)
+            if found is not None:
+                yield found
+                pos = found.end()
+
     def _starts(
-        self, text: str, mask: int, lowered: str | bytes | None
+        self, text: str, mask: int, lowered: str | bytes | None, places: Places
     ) -> list[int] | None:
         """Where a match of the rules in `mask` can start, in order.
 
         `None` when a rule in `mask` has no `lead` (or no triggers).
+        `places` holds the triggers found near needed characters;
         `lowered` is the pre-filter's lowered copy; without one, the text
         holds no upper-case letter of a lowercase trigger that was found.
         """
         if mask & self._unled:
             return None
-        starts: set[int] = set()
-        for index, (lead, cased, triggers) in enumerate(self._placed):
-            if not mask >> index & 1:
-                continue
+        starts: list[int] = []
+        rest = mask
+        while rest:
+            bit = rest & -rest
+            rest ^= bit
+            lead, cased, triggers, needs = self._placed[bit.bit_length() - 1]
             for trigger in triggers:
-                if cased or lowered is None:
-                    found = _all(text, trigger)
+                near = None if cased else places.get((needs, trigger))
+                if near is not None:
+                    found = near
+                elif cased or lowered is None:
+                    found = find_all(text, trigger)
                 elif isinstance(lowered, str):
-                    found = _all(lowered, trigger)
+                    found = find_all(lowered, trigger)
                 else:
                     # Lowered UTF-8: offsets back to characters by decoding
                     # what comes before.
                     found = [
                         len(lowered[:at].decode("utf-8", "surrogatepass"))
-                        for at in _all(lowered, trigger.encode())
+                        for at in find_all(lowered, trigger.encode())
                     ]
+                if not lead:
+                    starts.extend(found)
+                    continue
                 for at in found:
-                    starts.update(range(max(0, at - lead), at + 1))
-        return sorted(starts)
+                    starts.extend(range(max(0, at - lead), at + 1))
+        return sorted(set(starts)) if len(starts) > 1 else starts
 
     def scan_continued(self, context: str, text: str) -> tuple[str, str]:
         """Scan `text` as the continuation of `context` (a streamed reply).
@@ -281,14 +223,14 @@ class SecretScanner:
             not come yet), else `_next_context`.
         """
         whole = context + text
-        mask = self._mask(whole)
+        mask, lowered, places = self._prefilter(whole)
         if not mask:
             return text, _next_context(whole)
         cut = len(context)
         pieces: list[str] = []
         pos = cut
         open_at: int | None = None
-        for match in self._pattern(mask).finditer(whole):
+        for match in self._matches(whole, mask, lowered, places):
             if match.end() == len(whole):
                 open_at = match.start()
             span = self._span(match, mask)
@@ -312,11 +254,12 @@ class SecretScanner:
         """The rules whose pre-filter `text` passes (plus those without one)."""
         return self._prefilter(text)[0]
 
-    def _prefilter(self, text: str) -> tuple[int, str | bytes | None]:
-        """`_mask`, and the lowered copy of `text` if one was made."""
+    def _prefilter(self, text: str) -> tuple[int, str | bytes | None, Places]:
+        """`_mask`, the lowered copy of `text` if one was made, and `Places`."""
         mask = self._always
         lowered: str | bytes | None = None
-        for needs, exact, masks, lower, lower_b, upper in self._probes:
+        places: Places = {}
+        for needs, exact, masks, lower, lower_b, upper, reach, variants in self._probes:
             if needs:
                 for char in needs:
                     if char in text:
@@ -330,6 +273,19 @@ class SecretScanner:
                     found = exact.search(text, found.start() + 1)
             if not lower:
                 continue
+            if (
+                reach
+                and lowered is None
+                and not text.isascii()
+                and near(text, needs, reach, lower, places)
+            ):
+                # Outside ASCII, a search of the whole text (or lowering a
+                # copy of it) costs more than a look before each needed
+                # character; in ASCII it is a `memchr` or two.
+                for trigger, rules in lower:
+                    if (needs, trigger) in places:
+                        mask |= rules
+                continue
             for char in upper:
                 if char in text:
                     break
@@ -340,15 +296,21 @@ class SecretScanner:
                     if trigger in text:
                         mask |= rules
                 continue
+            if variants:
+                for trigger, rules, ways in variants:
+                    key = (needs, trigger)
+                    for way, finder in ways:
+                        if way != trigger[0] and way not in text:
+                            continue
+                        found = finder.search(text)
+                        while found is not None:
+                            places.setdefault(key, []).append(found.start())
+                            found = finder.search(text, found.start() + 1)
+                    if key in places:
+                        mask |= rules
+                continue
             if lowered is None:
-                # Substring search on UCS-2/4 text is slower than on bytes,
-                # and lowering it slower still; the triggers are ASCII, so
-                # lowered UTF-8 finds the same ones.
-                lowered = (
-                    text.lower()
-                    if text.isascii()
-                    else text.encode("utf-8", "surrogatepass").lower()
-                )
+                lowered = lower_copy(text)
             if isinstance(lowered, str):
                 for trigger, rules in lower:
                     if trigger in lowered:
@@ -357,7 +319,7 @@ class SecretScanner:
                 for trigger_b, rules in lower_b:
                     if trigger_b in lowered:
                         mask |= rules
-        return mask, lowered
+        return mask, lowered, places
 
     def _pattern(self, mask: int) -> re.Pattern[str]:
         pattern = self._compiled.get(mask)
@@ -412,16 +374,6 @@ class SecretScanner:
         if end < match.end():
             return whole[: start - offset] + marker + whole[end - offset :]
         return whole[: start - offset] + marker
-
-
-def _all(haystack: _Text, needle: _Text) -> list[int]:
-    """Every position of `needle` in `haystack` (overlapping ones too)."""
-    found: list[int] = []
-    at = haystack.find(needle)  # pyright: ignore[reportArgumentType]
-    while at >= 0:
-        found.append(at)
-        at = haystack.find(needle, at + 1)  # pyright: ignore[reportArgumentType]
-    return found
 
 
 def _next_context(whole: str) -> str:
