@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+from tests.support.delegating import Delegating
 
 from turnkeep import Config, Host
 from turnkeep.conformance import BackendHarness
@@ -19,7 +20,6 @@ from turnkeep.listing import list_sessions, with_liveness
 from turnkeep.meta import SessionHeader, SessionMeta, SessionStatus, SessionSummary
 from turnkeep.persistence import (
     EventRecord,
-    LoadedSession,
     SessionPage,
     probe_held,
     validate_backend,
@@ -39,13 +39,8 @@ class Counting(MemoryPersistence):
 
 
 @attrs.define(eq=False)
-class OldBackend:
+class OldBackend(Delegating):
     """A backend written before `held`: every method but that one."""
-
-    inner: MemoryPersistence
-
-    async def create(self, meta: SessionMeta) -> None:
-        await self.inner.create(meta)
 
     async def append(
         self,
@@ -55,30 +50,6 @@ class OldBackend:
         summary: SessionSummary | None = None,
     ) -> None:
         await self.inner.append(session_id, events, summary=summary)
-
-    async def load(self, session_id: str) -> LoadedSession:
-        return await self.inner.load(session_id)
-
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        return await self.inner.list(limit=limit, cursor=cursor)
-
-    async def has(self, session_id: str) -> bool:
-        return await self.inner.has(session_id)
-
-    async def delete(self, session_id: str, *, force: bool = False) -> None:
-        await self.inner.delete(session_id, force=force)
-
-    async def update(self, session_id: str, summary: SessionSummary) -> None:
-        await self.inner.update(session_id, summary)
-
-    async def claim(self, session_id: str, *, steal: bool = False) -> None:
-        await self.inner.claim(session_id, steal=steal)
-
-    async def release(self, session_id: str) -> None:
-        await self.inner.release(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 _time = iter(range(1_000, 10_000_000, 10))

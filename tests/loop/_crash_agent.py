@@ -47,6 +47,7 @@ import attrs  # noqa: E402
 import msgspec  # noqa: E402
 from tests.loop import crash_script  # noqa: E402
 from tests.loop.support import backend_options, inner_factory  # noqa: E402
+from tests.support.delegating import Delegating  # noqa: E402
 
 from turnkeep import (  # noqa: E402
     AgentLoop,
@@ -58,12 +59,9 @@ from turnkeep import (  # noqa: E402
     hookimpl,
 )
 from turnkeep.events import ToolCall, ToolResult, TurnStart  # noqa: E402
-from turnkeep.meta import SessionMeta, SessionSummary  # noqa: E402
+from turnkeep.meta import SessionSummary  # noqa: E402
 from turnkeep.persistence import (  # noqa: E402
     EventRecord,
-    LoadedSession,
-    SessionPage,
-    SessionPersistence,
 )
 
 _real_fsync = os.fsync
@@ -148,10 +146,9 @@ class Child:
 
 
 @attrs.define(eq=False)
-class Traced:
+class Traced(Delegating):
     """The real backend, observed at the intent's and the result's appends."""
 
-    inner: SessionPersistence
     child: Child
     backend: str
 
@@ -173,30 +170,6 @@ class Traced:
         await self.inner.update(session_id, summary)
         if self.backend == "sqlite":
             self.child.note_wal()
-
-    async def create(self, meta: SessionMeta) -> None:
-        await self.inner.create(meta)
-
-    async def load(self, session_id: str) -> LoadedSession:
-        return await self.inner.load(session_id)
-
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        return await self.inner.list(limit=limit, cursor=cursor)
-
-    async def has(self, session_id: str) -> bool:
-        return await self.inner.has(session_id)
-
-    async def delete(self, session_id: str, *, force: bool = False) -> None:
-        await self.inner.delete(session_id, force=force)
-
-    async def claim(self, session_id: str, *, steal: bool = False) -> None:
-        await self.inner.claim(session_id, steal=steal)
-
-    async def release(self, session_id: str) -> None:
-        await self.inner.release(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @attrs.define(eq=False)

@@ -27,16 +27,14 @@ from typing import Any, NoReturn
 import attrs
 import pytest
 from tests.support import pgserver
+from tests.support.delegating import Delegating
 
 from turnkeep import Config, Host, SessionEvent, ToolContext, hookimpl
 from turnkeep.config import structure_config
 from turnkeep.errors import PluginNotFoundError, StorageError, UnknownBackendError
 from turnkeep.events import ReplayPolicy, UserMessageData
-from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import (
     EventRecord,
-    LoadedSession,
-    SessionPage,
     SessionPersistence,
 )
 from turnkeep.testing import MemoryPersistence, MemoryStorage
@@ -255,7 +253,7 @@ FailRule = Callable[[str, Sequence[EventRecord]], bool]
 
 
 @attrs.define(eq=False)
-class Gated:
+class Gated(Delegating):
     """Wraps a backend: appends may be delayed (after they land) or refused.
 
     Attributes:
@@ -269,7 +267,6 @@ class Gated:
         entered: set when an append starts (to wait for a flush in flight).
     """
 
-    inner: SessionPersistence
     delay: float = 0.0
     fail: FailRule = lambda _sid, _events: False  # pyright: ignore[reportUnknownLambdaType]
     appends: list[tuple[str, int, int, bool]] = attrs.field(
@@ -277,9 +274,6 @@ class Gated:
     )
     hold: asyncio.Event | None = None
     entered: asyncio.Event = attrs.field(factory=asyncio.Event)
-
-    async def create(self, meta: SessionMeta) -> None:
-        await self.inner.create(meta)
 
     async def append(self, session_id: str, events: Sequence[EventRecord]) -> None:
         first = events[0].seq if events else -1
@@ -293,30 +287,6 @@ class Gated:
         if self.delay:
             await asyncio.sleep(self.delay)  # the injected slow fsync
         self.appends.append((session_id, first, len(events), True))
-
-    async def load(self, session_id: str) -> LoadedSession:
-        return await self.inner.load(session_id)
-
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        return await self.inner.list(limit=limit, cursor=cursor)
-
-    async def has(self, session_id: str) -> bool:
-        return await self.inner.has(session_id)
-
-    async def delete(self, session_id: str, *, force: bool = False) -> None:
-        await self.inner.delete(session_id, force=force)
-
-    async def update(self, session_id: str, summary: SessionSummary) -> None:
-        await self.inner.update(session_id, summary)
-
-    async def claim(self, session_id: str, *, steal: bool = False) -> None:
-        await self.inner.claim(session_id, steal=steal)
-
-    async def release(self, session_id: str) -> None:
-        await self.inner.release(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @attrs.define(eq=False)
