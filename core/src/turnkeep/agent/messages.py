@@ -16,6 +16,15 @@ Rules:
 - a result that answers no call, and a second result for one call, are
   dropped (the log invariant forbids them; history stays well-formed);
 - event types outside the vocabulary are skipped.
+
+`History` applies these rules one event at a time (`derive_messages` is one
+pass of it), so a live session's history can be extended as its log grows
+(`turnkeep.agent.history`). Two rules reach backwards in the log, and it
+keeps just enough state for them: a call closed before its result arrived
+gets a placeholder that the result later replaces (only the first
+occurrence of a call id can hold the real answer), and the open assistant
+message with its calls is rendered on demand and committed to the list only
+when the log moves past it.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
+import attrs
 import msgspec
 
 from turnkeep._deprecated import renamed
@@ -37,6 +47,7 @@ from turnkeep.events import (
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
+    "History",
     "HistoryToolCall",
     "Message",
     "MessageRole",
@@ -92,80 +103,141 @@ def derive_messages(events: Iterable[SessionEvent]) -> list[Message]:
     log: Sequence[SessionEvent] = (
         events if isinstance(events, Sequence) else list(events)
     )
-    results: dict[str, ToolResult] = {}
-    for event in log:
-        if isinstance(event, ToolResult):
-            results.setdefault(event.data.call_id, event)
+    return list(History().messages(log))
 
-    messages: list[Message] = []
-    # Tool calls of the open assistant message, flushed (with their results)
-    # when the next non-call event arrives.
-    open_text: str | None = None
-    open_calls: list[ToolCall] = []
-    answered: set[str] = set()
 
-    def close() -> None:
-        nonlocal open_text
-        if open_text is None:
-            return
-        requests = tuple(
-            HistoryToolCall(
-                id=c.data.call_id, name=c.data.name, arguments=c.data.arguments
-            )
-            for c in open_calls
-        )
-        messages.append(
-            Message(role="assistant", content=open_text, tool_calls=requests)
-        )
-        for call in open_calls:
-            messages.append(
-                _tool_message(call, results.get(call.data.call_id), answered)
-            )
-        open_text = None
-        open_calls.clear()
+@attrs.define(eq=False)
+class History:
+    """The derived history of one log, extended one event at a time."""
 
-    for event in log:
+    _messages: list[Message] = attrs.field(factory=list[Message], init=False)
+    _results: dict[str, ToolResult] = attrs.field(
+        factory=dict[str, ToolResult], init=False
+    )
+    # Index into `_messages` of the placeholder for the first occurrence of a
+    # call id closed before any result for it was seen.
+    _waiting: dict[str, int] = attrs.field(factory=dict[str, int], init=False)
+    # Call ids whose first occurrence has been rendered (answered or not).
+    _seen_calls: set[str] = attrs.field(factory=set[str], init=False)
+    _open_text: str | None = attrs.field(default=None, init=False)
+    _open_calls: list[ToolCall] = attrs.field(factory=list[ToolCall], init=False)
+    _read: int = attrs.field(default=0, init=False)
+    _last: SessionEvent | None = attrs.field(default=None, init=False)
+
+    def follows(self, log: Sequence[SessionEvent]) -> bool:
+        """Whether `log` continues the log this history has read so far."""
+        read = self._read
+        return read == 0 or (len(log) >= read and log[read - 1] is self._last)
+
+    def messages(self, log: Sequence[SessionEvent]) -> tuple[Message, ...]:
+        """Return the history of `log`, reading only what is new since last time.
+
+        `log` must continue the log read so far (`follows`).
+        """
+        for index in range(self._read, len(log)):
+            self._add(log[index])
+        if len(log):
+            self._read = len(log)
+            self._last = log[-1]
+        done = self._messages
+        if self._open_text is None:
+            return tuple(done)
+        # The open message is rendered onto the list and taken off again,
+        # so the history is copied once, whatever its length.
+        settled = len(done)
+        self._render_open(done, commit=False)
+        out = tuple(done)
+        del done[settled:]
+        return out
+
+    def _add(self, event: SessionEvent) -> None:
         if isinstance(event, ToolCall):
-            if open_text is None:
-                open_text = ""
-            open_calls.append(event)
+            if self._open_text is None:
+                self._open_text = ""
+            self._open_calls.append(event)
         elif isinstance(event, AssistantMessage):
-            close()
-            open_text = event.data.text
+            self._close()
+            self._open_text = event.data.text
         elif isinstance(event, UserMessage):
-            close()
-            messages.append(
+            self._close()
+            self._messages.append(
                 Message(
                     role="user", content=event.data.text, untrusted=event.data.untrusted
                 )
             )
         elif isinstance(event, TurnStart):
-            close()
-    close()
-    return messages
+            self._close()
+        elif isinstance(event, ToolResult):
+            call_id = event.data.call_id
+            if call_id not in self._results:
+                self._results[call_id] = event
+                index = self._waiting.pop(call_id, None)
+                if index is not None:
+                    self._messages[index] = _answer(call_id, event)
 
+    def _close(self) -> None:
+        if self._open_text is None:
+            return
+        self._render_open(self._messages, commit=True)
+        self._open_text = None
+        self._open_calls.clear()
 
-def _tool_message(
-    call: ToolCall, result: ToolResult | None, answered: set[str]
-) -> Message:
-    call_id = call.data.call_id
-    if result is None or call_id in answered:
-        # A call id repeated in the log gets one real answer; later copies are
-        # rendered as interrupted so every call still pairs with one message.
-        return Message(
-            role="tool",
-            content=INTERRUPTED_TOOL_OUTPUT,
-            tool_call_id=call_id,
-            status="interrupted",
+    def _render_open(self, out: list[Message], *, commit: bool) -> None:
+        """Append the open assistant message and its calls' answers to `out`.
+
+        With `commit`, the calls count as rendered and unanswered ones wait
+        for their result; without, nothing is remembered (a preview).
+        """
+        assert self._open_text is not None  # noqa: S101 - callers check
+        seen = self._seen_calls
+        fresh: set[str] = set()
+        calls = self._open_calls
+        out.append(
+            Message(
+                role="assistant",
+                content=self._open_text,
+                tool_calls=tuple(
+                    HistoryToolCall(
+                        id=c.data.call_id, name=c.data.name, arguments=c.data.arguments
+                    )
+                    for c in calls
+                ),
+            )
         )
-    answered.add(call_id)
-    if result.data.status == "interrupted":
+        for call in calls:
+            call_id = call.data.call_id
+            result = self._results.get(call_id)
+            if call_id in seen or call_id in fresh:
+                # A repeated call id: only its first occurrence is answered.
+                out.append(_interrupted(call_id))
+                continue
+            fresh.add(call_id)
+            if result is None:
+                if commit:
+                    self._waiting[call_id] = len(out)
+                out.append(_interrupted(call_id))
+            else:
+                out.append(_answer(call_id, result))
+        if commit:
+            seen |= fresh
+
+
+def _interrupted(call_id: str) -> Message:
+    return Message(
+        role="tool",
+        content=INTERRUPTED_TOOL_OUTPUT,
+        tool_call_id=call_id,
+        status="interrupted",
+    )
+
+
+def _answer(call_id: str, result: ToolResult) -> Message:
+    status = result.data.status
+    if status == "interrupted":
         content = result.data.output or INTERRUPTED_TOOL_OUTPUT
     else:
         content = result.data.output
-    return Message(
-        role="tool", content=content, tool_call_id=call_id, status=result.data.status
-    )
+    return Message(role="tool", content=content, tool_call_id=call_id, status=status)
 
 
 def encode_messages(messages: Sequence[Message]) -> bytes:
