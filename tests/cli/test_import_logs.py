@@ -443,3 +443,39 @@ def test_a_bad_line_is_one_typed_error_naming_it(
     assert words in message, message
     assert jsonl_store.digest() == before
     assert asyncio.run(jsonl_store.ids()) == ["kept"]
+
+
+def test_a_codex_rollback_drops_the_turns_it_undid(
+    jsonl_store: Store, tmp_path: Path
+) -> None:
+    def item(payload: dict[str, Any], kind: str = "response_item") -> dict[str, Any]:
+        return {"timestamp": "2025-11-30T10:00:00Z", "type": kind, "payload": payload}
+
+    def user(text: str) -> dict[str, Any]:
+        part = {"type": "input_text", "text": text}
+        return item({"type": "message", "role": "user", "content": [part]})
+
+    records = [
+        item({"id": "s", "cwd": "/w"}, kind="session_meta"),
+        user("first"),
+        user("second"),
+        item({"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"}),
+        item({"type": "thread_rolled_back", "num_turns": 1}, kind="event_msg"),
+        # An output of the undone call: it answers nothing that is kept.
+        item({"type": "function_call_output", "call_id": "c", "output": "late"}),
+        user("third"),
+    ]
+    source = tmp_path / "rollback.jsonl"
+    source.write_bytes(lines(records))
+    report = imported(jsonl_store, source, "rb")
+    assert report["skipped"] == {
+        "turns undone by a rollback": 1,
+        "tool results without a matching call": 1,
+    }
+    events = checked(jsonl_store, "rb")
+    assert [e.data.text for e in events if isinstance(e, UserMessage)] == [
+        "first",
+        "third",
+    ]
+    assert [e.data.turn for e in events if isinstance(e, TurnStart)] == [1, 2]
+    assert not any(isinstance(e, ToolCall | ToolResult) for e in events)

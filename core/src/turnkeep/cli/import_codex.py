@@ -13,7 +13,8 @@ custom-tool and local-shell calls and their outputs. User messages Codex
 writes itself to carry context (its `<environment_context>`, the AGENTS.md
 instructions) are skipped and counted, as are developer and system
 messages, reasoning, hosted tools, turn contexts, compactions and event
-messages, except `turn_aborted`, which ends its turn as `cancelled`.
+messages, except `turn_aborted`, which ends its turn as `cancelled`, and
+`thread_rolled_back`, which drops the last turns as Codex did.
 Unknown types are skipped and counted; a line of the wrong shape is an
 `ImportInputError` naming it.
 """
@@ -112,6 +113,9 @@ def plan_codex(records: Sequence[Record]) -> Plan:
                     "cancelled",
                     f"aborted: {reason}" if isinstance(reason, str) else "aborted",
                 )
+            elif fields["type"] == "thread_rolled_back":
+                _fail(line, wrong(fields, "num_turns", int, "a number", "payload"))
+                builder.undo(fields.get("num_turns") or 0)
             else:
                 builder.skipped["event messages"] += 1
         else:

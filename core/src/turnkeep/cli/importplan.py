@@ -187,6 +187,32 @@ class Builder:
             ToolResult, ToolResultData(call_id=ident, output=output, status=status)
         )
 
+    def undo(self, turns: int) -> None:
+        """Drop the last `turns` turns, as the source's rollback did."""
+        self.end_turn()
+        keep = max(self.turn - max(turns, 0), 0)
+        cut = next(
+            (
+                index
+                for index, (kind, payload) in enumerate(self.steps)
+                if kind is TurnStart
+                and isinstance(payload, TurnStartData)
+                and payload.turn > keep
+            ),
+            len(self.steps),
+        )
+        for kind, payload in self.steps[cut:]:
+            if kind is ToolCall and isinstance(payload, ToolCallData):
+                self.known.discard(payload.call_id)
+                self.answered.discard(payload.call_id)
+        if self.turn > keep:
+            self.skipped["turns undone by a rollback"] += self.turn - keep
+        del self.steps[cut:]
+        del self.times[cut:]
+        self.turn = keep
+        if keep == 0:
+            self.first_prompt = None
+
     def finish(self, fmt: str) -> Plan:
         """The plan, its last turn closed."""
         self.end_turn()
