@@ -479,3 +479,59 @@ def test_a_codex_rollback_drops_the_turns_it_undid(
     ]
     assert [e.data.turn for e in events if isinstance(e, TurnStart)] == [1, 2]
     assert not any(isinstance(e, ToolCall | ToolResult) for e in events)
+
+
+def test_an_older_codex_rollout_of_bare_items_imports(
+    jsonl_store: Store, tmp_path: Path
+) -> None:
+    records: list[dict[str, Any]] = [
+        {
+            "id": "5973b6c0-94b8-487b-a530-2aeb6098ae0e",
+            "timestamp": "2025-06-01T08:00:00.000Z",
+            "instructions": None,
+            "git": {"commit_hash": "1f2e3d", "branch": "main"},
+        },
+        {"record_type": "state"},
+        {
+            "type": "message",
+            "id": None,
+            "role": "user",
+            "content": [{"type": "input_text", "text": "what is in here?"}],
+        },
+        {
+            "type": "function_call",
+            "name": "shell",
+            "arguments": '{"command":["ls"]}',
+            "call_id": "c1",
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "README.md"},
+        {"record_type": "state"},
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Only a README."}],
+        },
+    ]
+    source = tmp_path / "rollout-2025-06-01T08-00-00-5973b6c0.jsonl"
+    source.write_bytes(lines(records))
+    report = imported(jsonl_store, source, "old-codex")
+    assert report["format"] == "codex"
+    assert report["skipped"] == {"state records": 2}
+    events = checked(jsonl_store, "old-codex")
+    assert [type(e) for e in events] == [
+        TurnStart,
+        UserMessage,
+        ToolCall,
+        ToolResult,
+        AssistantMessage,
+        TurnEnd,
+    ]
+    assert events[0].time == 1_748_764_800_000  # the header's time
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(lines([*records[:3], {"type": "message", "content": []}]))
+    result = cli("import", str(bad), "--id", "nope", store=jsonl_store)
+    assert result.exit_code == 1
+    assert one_line_error(result).startswith(
+        f"turnkeep: {bad}, line 4: `role` is missing"
+    )

@@ -16,7 +16,9 @@ messages, reasoning, hosted tools, turn contexts, compactions and event
 messages, except `turn_aborted`, which ends its turn as `cancelled`, and
 `thread_rolled_back`, which drops the last turns as Codex did.
 Unknown types are skipped and counted; a line of the wrong shape is an
-`ImportInputError` naming it.
+`ImportInputError` naming it. Rollouts written before records had
+`type`/`payload` (a header line `{"id", "timestamp", "instructions"?}`,
+then bare items and `{"record_type": "state"}` markers) are read too.
 """
 
 from __future__ import annotations
@@ -69,11 +71,22 @@ _OUTPUTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
 
 def is_codex(first: dict[str, Any] | None) -> bool:
     """Whether a file whose first record is `first` is a Codex rollout."""
+    return first is not None and (
+        _is_legacy(first)
+        or (
+            first.get("type") in RECORD_TYPES
+            and isinstance(first.get("payload"), dict)
+            and "timestamp" in first
+        )
+    )
+
+
+def _is_legacy(first: dict[str, Any]) -> bool:
+    """The header of a rollout written before records had `type`/`payload`."""
     return (
-        first is not None
-        and first.get("type") in RECORD_TYPES
-        and isinstance(first.get("payload"), dict)
-        and "timestamp" in first
+        isinstance(first.get("id"), str)
+        and isinstance(first.get("timestamp"), str)
+        and not {"type", "role", "payload", "format"} & first.keys()
     )
 
 
@@ -84,6 +97,9 @@ def plan_codex(records: Sequence[Record]) -> Plan:
         ImportInputError: a record has the wrong shape (`line` names it).
     """
     builder = Builder()
+    if records and _is_legacy(records[0][1]):
+        _legacy(builder, records)
+        return builder.finish(FORMAT)
     cwd: str | None = None
     for line, record in records:
         _fail(line, needs(record, "type"))
@@ -106,18 +122,7 @@ def plan_codex(records: Sequence[Record]) -> Plan:
         elif kind == "response_item":
             _item(builder, line, fields)
         elif kind == "event_msg":
-            _fail(line, needs(fields, "type", "payload"))
-            if fields["type"] == "turn_aborted":
-                reason = fields.get("reason")
-                builder.end_with(
-                    "cancelled",
-                    f"aborted: {reason}" if isinstance(reason, str) else "aborted",
-                )
-            elif fields["type"] == "thread_rolled_back":
-                _fail(line, wrong(fields, "num_turns", int, "a number", "payload"))
-                builder.undo(fields.get("num_turns") or 0)
-            else:
-                builder.skipped["event messages"] += 1
+            _event(builder, line, fields)
         else:
             builder.skipped[_SKIPPED_RECORDS[kind]] += 1
     plan = builder.finish(FORMAT)
@@ -125,15 +130,42 @@ def plan_codex(records: Sequence[Record]) -> Plan:
     return plan
 
 
-def _item(builder: Builder, line: int, item: dict[str, Any]) -> None:
-    _fail(line, needs(item, "type", "payload"))
+def _legacy(builder: Builder, records: Sequence[Record]) -> None:
+    """An older rollout: a header line, then bare items and state markers."""
+    builder.time = iso_ms(records[0][1].get("timestamp"))
+    for line, record in records[1:]:
+        if "record_type" in record and "type" not in record:
+            builder.skipped["state records"] += 1
+        else:
+            _item(builder, line, record, where="")
+
+
+def _event(builder: Builder, line: int, fields: dict[str, Any]) -> None:
+    _fail(line, needs(fields, "type", "payload"))
+    if fields["type"] == "turn_aborted":
+        reason = fields.get("reason")
+        builder.end_with(
+            "cancelled",
+            f"aborted: {reason}" if isinstance(reason, str) else "aborted",
+        )
+    elif fields["type"] == "thread_rolled_back":
+        _fail(line, wrong(fields, "num_turns", int, "a number", "payload"))
+        builder.undo(fields.get("num_turns") or 0)
+    else:
+        builder.skipped["event messages"] += 1
+
+
+def _item(
+    builder: Builder, line: int, item: dict[str, Any], where: str = "payload"
+) -> None:
+    _fail(line, needs(item, "type", where))
     kind = item["type"]
     if kind == "message":
-        _message(builder, line, item)
+        _message(builder, line, item, where)
     elif kind in _CALLS:
-        _call(builder, line, item)
+        _call(builder, line, item, where)
     elif kind in _OUTPUTS:
-        _fail(line, needs(item, "call_id", "payload"))
+        _fail(line, needs(item, "call_id", where))
         text, status = _output(item.get("output"))
         builder.result(item["call_id"], text, status)
     elif kind == "reasoning":
@@ -142,19 +174,20 @@ def _item(builder: Builder, line: int, item: dict[str, Any]) -> None:
         builder.skipped[f"`{kind}` items"] += 1
 
 
-def _message(builder: Builder, line: int, item: dict[str, Any]) -> None:
-    _fail(line, needs(item, "role", "payload"))
+def _message(builder: Builder, line: int, item: dict[str, Any], where: str) -> None:
+    _fail(line, needs(item, "role", where))
+    path = f"{where}.content" if where else "content"
     content: object = item.get("content")
     if not isinstance(content, str | list | None):
         raise ImportInputError(
-            f"`payload.content` must be a list of parts, not {json_type(content)}",
+            f"`{path}` must be a list of parts, not {json_type(content)}",
             line=line,
         )
     parts = cast("list[object]", content) if isinstance(content, list) else []
     for n, part in enumerate(parts):
         if not isinstance(part, dict):
             raise ImportInputError(
-                f"`payload.content[{n}]` must be an object, not {json_type(part)}",
+                f"`{path}[{n}]` must be an object, not {json_type(part)}",
                 line=line,
             )
     role = item["role"]
@@ -170,25 +203,25 @@ def _message(builder: Builder, line: int, item: dict[str, Any]) -> None:
         builder.skipped[f"{role} messages"] += 1
 
 
-def _call(builder: Builder, line: int, item: dict[str, Any]) -> None:
+def _call(builder: Builder, line: int, item: dict[str, Any], where: str) -> None:
     kind = item["type"]
     if kind == "local_shell_call":
         _fail(
             line,
-            wrong(item, "call_id", str, "a string", "payload")
-            or wrong(item, "action", dict, "an object", "payload"),
+            wrong(item, "call_id", str, "a string", where)
+            or wrong(item, "action", dict, "an object", where),
         )
         builder.call(item.get("call_id"), "local_shell", item.get("action"))
         return
-    _fail(line, needs(item, "call_id", "payload") or needs(item, "name", "payload"))
+    _fail(line, needs(item, "call_id", where) or needs(item, "name", where))
     if kind == "function_call":
         _fail(
             line,
-            wrong(item, "arguments", str | dict, "a string or an object", "payload"),
+            wrong(item, "arguments", str | dict, "a string or an object", where),
         )
         builder.call(item["call_id"], item["name"], item.get("arguments"))
     else:
-        _fail(line, wrong(item, "input", str, "a string", "payload"))
+        _fail(line, wrong(item, "input", str, "a string", where))
         builder.call(item["call_id"], item["name"], {"input": item.get("input", "")})
 
 
