@@ -7,6 +7,9 @@ not UTF-8, nested deeper than `MAX_DEPTH`, not JSON, or not the expected
 shape. The depth is checked before decoding, by a scan that never recurses,
 so no input reaches a recursion limit (nor is stored so deep that reading
 it back could). Line numbers of items are found only when one is reported.
+Other agents' logs (pi sessions, Codex rollouts) are read line by line with
+`read_records`, which names a bad line and says when the last one is cut
+short.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ _AT_BYTE: Final = re.compile(r"\s*\(byte (\d+)\)")
 _BOM: Final = b"\xef\xbb\xbf"
 _EXPECTED: Final = (
     "expected a turnkeep export, a JSON list of chat messages or session "
-    "items, a request body with a `messages` list, or JSON lines"
+    "items, a request body with a `messages` list, or JSON lines (a pi "
+    "session, a Codex rollout)"
 )
 
 
