@@ -10,8 +10,9 @@ following a long session costs per new event, not per session size.
 
 The contract [wait-for-commit], which the conformance kit checks:
 
-- It returns the last durable seq (`last_seq`), never a seq that is not
-  durable: at once if that is already past `after_seq`, else as soon as a
+- It returns what `last_seq` returns (the last record `load` would
+  return), never a seq of a torn or unfinished flush: at once if that is
+  already past `after_seq`, else as soon as a
   commit by any writer (this instance, another instance, another process,
   for a shared database another machine) takes it past, else after
   `within` seconds with the unchanged last seq.
