@@ -24,6 +24,7 @@ import attrs
 import psycopg
 from psycopg import AsyncConnection, sql
 
+from turnkeep.errors import PersistenceError
 from turnkeep_postgres.schema import commit_channel
 from turnkeep_postgres.sqlerrors import storage_error
 
@@ -44,6 +45,7 @@ class CommitListener:
     )
     _task: asyncio.Task[None] | None = attrs.field(init=False, default=None)
     _starting: asyncio.Lock = attrs.field(init=False, factory=asyncio.Lock)
+    _closed: bool = attrs.field(init=False, default=False)
 
     async def wait(
         self,
@@ -81,6 +83,7 @@ class CommitListener:
 
     async def close(self) -> None:
         """Stop listening (waiters still waiting are woken). Idempotent."""
+        self._closed = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -88,6 +91,8 @@ class CommitListener:
                 await task
 
     async def _listening(self) -> None:
+        if self._closed:
+            raise PersistenceError(f"the PostgreSQL backend for {self.where} is closed")
         if self._task is not None and not self._task.done():
             return
         async with self._starting:
