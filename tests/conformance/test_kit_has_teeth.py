@@ -8,12 +8,15 @@ import pytest
 
 BROKEN = textwrap.dedent(
     '''
+    import asyncio
+
     import attrs
     import msgspec
     import pytest
 
     from turnkeep.conformance import (
-        AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
+        AppendContract, CrashTailContract, DeleteContract, FollowContract,
+        FormatVersionContract,
         HeldContract, IdsContract, ListContract, ListFilterContract,
         LoadAfterContract, LoadContract, MetadataContract, OwnershipContract,
         SessionsContract, SummaryAppendContract, UnknownOutcomeContract,
@@ -521,6 +524,60 @@ BROKEN = textwrap.dedent(
             return len((await self.load(session_id)).events)
 
 
+    class SleepsTheWholeWait(MemoryPersistence):
+        """Waits out every wait, commit or not."""
+
+        async def wait_for_commit(self, session_id, after_seq, within):
+            await asyncio.sleep(within)
+            return await self.last_seq(session_id)
+
+
+    class AnswersTheNextSeq(MemoryPersistence):
+        """Wakes right, but answers the seq after the one given, not the last."""
+
+        async def wait_for_commit(self, session_id, after_seq, within):
+            last = await super().wait_for_commit(session_id, after_seq, within)
+            return after_seq + 1 if last > after_seq else last
+
+
+    class HearsOnlyItself(MemoryPersistence):
+        """Wakes at its own commits only: another process's go unheard."""
+
+        async def wait_for_commit(self, session_id, after_seq, within):
+            if not hasattr(self, "_own"):
+                self._own = MemoryStorage()
+            waiting = MemoryPersistence(self._own)
+            self._own.sessions[session_id] = self._stored(session_id)
+            return await waiting.wait_for_commit(session_id, after_seq, within)
+
+        async def append(self, session_id, events, *, summary=None):
+            await super().append(session_id, events, summary=summary)
+            if hasattr(self, "_own"):
+                self._own.wake(session_id)
+
+
+    class FollowHarness(FollowContract):
+        supports_wait_for_commit = True
+        broken = MemoryPersistence
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: self.broken(storage)
+
+
+    class TestSleepsTheWholeWait(FollowHarness):
+        broken = SleepsTheWholeWait
+
+
+    class TestAnswersTheNextSeq(FollowHarness):
+        broken = AnswersTheNextSeq
+
+
+    class TestHearsOnlyItself(FollowHarness):
+        broken = HearsOnlyItself
+
+
     class LoadAfterHarness(LoadAfterContract):
         supports_load_after = True
         broken = MemoryPersistence
@@ -651,6 +708,21 @@ EXPECTED_FAILURES = {
     "TestCountsInsteadOfSeq": {
         "test_after_the_end_is_empty_and_last_seq_is_the_last_record",
         "test_new_flushes_are_seen_by_this_and_other_instances",
+    },
+    "TestSleepsTheWholeWait": {
+        "test_a_seq_already_past_returns_at_once",
+        "test_a_commit_by_another_instance_wakes_the_follower",
+        "test_a_commit_by_the_same_instance_wakes_the_follower",
+        "test_a_deleted_session_ends_the_wait",
+        "test_unknown_and_invalid_ids_and_bad_arguments_are_refused",
+    },
+    "TestAnswersTheNextSeq": {
+        "test_a_seq_already_past_returns_at_once",
+        "test_a_commit_by_another_instance_wakes_the_follower",
+    },
+    "TestHearsOnlyItself": {
+        "test_a_commit_by_another_instance_wakes_the_follower",
+        "test_a_deleted_session_ends_the_wait",
     },
     "TestKeepsDeletedText": {
         "test_delete_leaves_nothing_of_the_session_in_the_store",

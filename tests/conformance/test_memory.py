@@ -50,6 +50,7 @@ class TestMemoryBackend(PersistenceContract):
     supports_held = True
     supports_load_after = True
     supports_owner_death = True
+    supports_wait_for_commit = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:

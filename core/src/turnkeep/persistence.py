@@ -97,6 +97,9 @@ checks each one; the names in brackets are the kit's):
   log; damage in what they read raises `SessionCorruptError`, never a
   shorter answer; an unknown id raises `SessionNotFoundError`. A backend
   without them is served by `read_after` / `last_durable_seq` with `load`.
+- [wait-for-commit] (optional method `wait_for_commit`, `CommitWaiter` in
+  `turnkeep.follow`, which states the contract) wakes a follower at the
+  next commit of a session, from any writer, without reading the log.
 - [errors] Driver errors are wrapped in `turnkeep.errors` types.
 """
 
@@ -340,7 +343,12 @@ class IncrementalRead(Protocol):
         ...
 
 
-OPTIONAL_METHODS: tuple[str, ...] = ("held", "load_after", "last_seq")
+OPTIONAL_METHODS: tuple[str, ...] = (
+    "held",
+    "load_after",
+    "last_seq",
+    "wait_for_commit",
+)
 """Methods a backend may lack (older backends); if present, they are async."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.config import Config
@@ -31,6 +32,7 @@ from turnkeep.host import Host
 from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
 from turnkeep_postgres import PostgresPersistence
+from turnkeep_postgres.schema import commit_channel
 
 pytestmark = pytest.mark.postgres
 
@@ -325,6 +327,37 @@ async def test_filtered_lists_are_served_by_an_index(
         assert not any(n["Node Type"] in ("Sort", "Seq Scan") for n in nodes), [
             (n["Node Type"], n.get("Index Name"), index) for n in nodes
         ]
+
+
+@pytest.mark.asyncio
+async def test_commits_are_notified_from_their_transaction_and_wake_followers(
+    open_store: Callable[..., PostgresPersistence],
+    raw_conn: Callable[[], psycopg.Connection[Any]],
+    schema: str,
+) -> None:
+    writer, follower = open_store(), open_store()
+    await writer.create(meta("followed"))
+    first = turn(0, "first")
+    await writer.append("followed", first)
+    listener = raw_conn()
+    listener.execute(
+        sql.SQL("LISTEN {}").format(sql.Identifier(commit_channel(schema)))
+    )
+    conn = raw_conn()
+    # A write rolled back drops the NOTIFY its trigger queued.
+    with conn.transaction(force_rollback=True):
+        conn.execute(
+            "UPDATE sessions SET next_seq = next_seq + 5 WHERE id = 'followed'"
+        )
+    assert [n.payload for n in listener.notifies(timeout=0.5)] == []
+    waiting = asyncio.ensure_future(follower.wait_for_commit("followed", 1, 10.0))
+    await asyncio.sleep(0.3)
+    await writer.append("followed", turn(2, "second"))
+    assert await asyncio.wait_for(waiting, 5.0) == 3
+    heard = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert heard == ["3 followed"]  # the commit's last seq and the id
+    await writer.delete("followed")
+    assert [n.payload for n in listener.notifies(timeout=0.5)] == ["-1 followed"]
 
 
 def opened_queries(store: PostgresPersistence) -> Any:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from ._append import AppendContract
 from ._damage import CrashTailContract, FormatVersionContract
 from ._delete import DeleteContract
+from ._follow import FollowContract
 from ._harness import BackendHarness, MakeBackend
 from ._held import HeldContract
 from ._ids import HOSTILE_IDS, IdsContract
@@ -47,6 +48,7 @@ __all__ = [
     "BackendHarness",
     "CrashTailContract",
     "DeleteContract",
+    "FollowContract",
     "FormatVersionContract",
     "HeldContract",
     "IdsContract",
@@ -80,5 +82,6 @@ class PersistenceContract(
     UnknownOutcomeContract,
     HeldContract,
     LoadAfterContract,
+    FollowContract,
 ):
     """Every contract at once."""

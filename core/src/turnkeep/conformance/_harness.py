@@ -75,6 +75,8 @@ class BackendHarness:
         supports_load_after: the backend has the optional `load_after` and
             `last_seq` methods.
         supports_owner_death: `kill_owner` is implemented.
+        supports_wait_for_commit: the backend has the optional
+            `wait_for_commit` method.
         supports_list_filter: `list` takes `where=` and filters natively
             (true by default; a backend written before filters existed
             declares false, and the kit checks core's fallback over it).
@@ -96,6 +98,7 @@ class BackendHarness:
     supports_owner_death: ClassVar[bool] = False
     supports_summary_append: ClassVar[bool] = True
     supports_list_filter: ClassVar[bool] = True
+    supports_wait_for_commit: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 

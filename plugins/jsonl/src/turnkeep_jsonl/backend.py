@@ -24,6 +24,7 @@ import attrs
 from turnkeep.backup import BackupReport
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
 from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
+from turnkeep.follow import check_wait
 from turnkeep.ids import validate_session_id
 from turnkeep.listfilter import ListFilter
 from turnkeep.maintenance import TailReport
@@ -34,6 +35,7 @@ from turnkeep.salvage import IntactLog
 from .backup import backup
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
+from .follow import wait_for_commit
 from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
 from .locks import held as holders
@@ -148,6 +150,24 @@ class JsonlPersistence:
         """The last durable seq (`-1` for none), from the last control line."""
         session_id = validate_session_id(session_id)
         return await self._run(self._impl.reads.last_seq, session_id)
+
+    async def wait_for_commit(
+        self, session_id: str, after_seq: int, within: float
+    ) -> int:
+        """The last durable seq once past `after_seq`, or after `within` seconds.
+
+        Stats the log every few milliseconds (see `turnkeep_jsonl.follow`)
+        and reads its last control line only when the file changed.
+        """
+        check_wait(after_seq, within)
+        session_id = validate_session_id(session_id)
+        reads = self._impl.reads
+        return await wait_for_commit(
+            lambda: self.last_seq(session_id),
+            lambda: self._run(reads.log_path, session_id),
+            after_seq,
+            within,
+        )
 
     async def list(
         self,
