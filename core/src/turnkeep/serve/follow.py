@@ -1,0 +1,194 @@
+"""Following sessions from another process: the next commit, and the tails.
+
+`wait_for_commit` is the one way the service learns that a session's log
+moved: it polls the backend's cheap last-durable-seq probe at a short
+interval (or wakes early when this process's own `session_committed` hook
+says so). When the seam offers a cross-process follow (file notification,
+`data_version`, `LISTEN/NOTIFY`), this function switches to it and nothing
+else changes.
+
+`Tails` keeps one reader per followed session, however many clients
+follow it: the reader fetches each committed record once (`read_after`)
+and puts it in every subscriber's bounded queue. A subscriber whose queue
+is full is dropped, not waited for: a slow client never slows the reader,
+other clients, or the writer. It ends its stream, and reconnects from the
+last seq it got (SSE's `Last-Event-ID`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+import attrs
+
+from turnkeep.errors import SessionNotFoundError, StorageError
+from turnkeep.persistence import SessionPersistence, last_durable_seq, read_after
+
+__all__ = ["READ_PAGE", "Subscriber", "Tails", "wait_for_commit"]
+
+READ_PAGE: Final = 500
+"""Records fetched per `read_after` while catching up."""
+
+_log: Final = logging.getLogger("turnkeep.serve")
+
+
+async def wait_for_commit(
+    backend: SessionPersistence,
+    session_id: str,
+    after: int,
+    *,
+    within: float,
+    interval: float,
+    wake: asyncio.Event | None = None,
+) -> int:
+    """The session's last durable seq once it differs from `after`.
+
+    Returns the last durable seq as soon as it is not `after` (larger: new
+    commits; smaller: the session was deleted and stored again), or
+    whatever it is when `timeout` seconds have passed.
+
+    Raises:
+        SessionNotFoundError: nothing is stored under this id.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        last = await last_durable_seq(backend, session_id)
+        left = deadline - loop.time()
+        if last != after or left <= 0:
+            return last
+        pause = min(interval, left)
+        if wake is None:
+            await asyncio.sleep(pause)
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), pause)
+        wake.clear()
+
+
+@attrs.define(eq=False)
+class Subscriber:
+    """One client's place in a tail: a bounded queue of `(seq, raw)`.
+
+    `None` in the queue means the client was dropped for being slow.
+    """
+
+    session_id: str
+    queue: asyncio.Queue[tuple[int, bytes] | None]
+    dropped: bool = False
+
+
+@attrs.define(eq=False)
+class _Tail:
+    session_id: str
+    subscribers: set[Subscriber] = attrs.field(factory=set[Subscriber])
+    wake: asyncio.Event = attrs.field(factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+@attrs.define(eq=False)
+class Tails:
+    """The shared readers of followed sessions."""
+
+    backend: SessionPersistence
+    interval: float = 0.1
+    queue_size: int = 256
+    _tails: dict[str, _Tail] = attrs.field(init=False, factory=dict[str, _Tail])
+
+    def subscribe(self, session_id: str) -> Subscriber:
+        """Start receiving the records `session_id` commits from now on."""
+        tail = self._tails.get(session_id)
+        if tail is None:
+            tail = self._tails[session_id] = _Tail(session_id)
+        sub = Subscriber(session_id, asyncio.Queue(self.queue_size))
+        tail.subscribers.add(sub)
+        if tail.task is None or tail.task.done():
+            tail.task = asyncio.get_running_loop().create_task(
+                self._read(tail), name=f"turnkeep-serve-tail-{session_id}"
+            )
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        """Stop delivering to `sub` (its tail stops with its last subscriber)."""
+        tail = self._tails.get(sub.session_id)
+        if tail is None:
+            return
+        tail.subscribers.discard(sub)
+        if not tail.subscribers:
+            del self._tails[sub.session_id]
+            if tail.task is not None:
+                tail.task.cancel()
+
+    def poke(self, session_id: str) -> None:
+        """Say that `session_id` committed (its reader looks at once)."""
+        tail = self._tails.get(session_id)
+        if tail is not None:
+            tail.wake.set()
+
+    @property
+    def followed(self) -> int:
+        """Sessions with a reader now."""
+        return len(self._tails)
+
+    async def aclose(self) -> None:
+        """Stop every reader and end every subscriber's stream."""
+        tails, self._tails = list(self._tails.values()), {}
+        for tail in tails:
+            for sub in tail.subscribers:
+                self._drop(sub)
+            if tail.task is not None:
+                tail.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tail.task
+
+    async def _read(self, tail: _Tail) -> None:
+        position: int | None = None
+        notice: str | None = None
+        while tail.subscribers:
+            try:
+                if position is None:
+                    position = await last_durable_seq(self.backend, tail.session_id)
+                last = await wait_for_commit(
+                    self.backend,
+                    tail.session_id,
+                    position,
+                    within=max(self.interval, 1.0),
+                    interval=self.interval,
+                    wake=tail.wake,
+                )
+                if last < position:
+                    position = last  # deleted and stored again: follow the new log
+                while position < last:
+                    raws = await read_after(
+                        self.backend, tail.session_id, position, READ_PAGE
+                    )
+                    if not raws:
+                        break
+                    for raw in raws:
+                        position += 1
+                        self._fan_out(tail, position, raw)
+                notice = None
+            except (SessionNotFoundError, StorageError) as exc:
+                # A writer restarting, a session not stored yet: keep looking.
+                if notice != type(exc).__name__:
+                    notice = type(exc).__name__
+                    _log.info("following %r: %s", tail.session_id, exc)
+                await asyncio.sleep(self.interval)
+
+    def _fan_out(self, tail: _Tail, seq: int, raw: bytes) -> None:
+        for sub in list(tail.subscribers):
+            try:
+                sub.queue.put_nowait((seq, raw))
+            except asyncio.QueueFull:
+                tail.subscribers.discard(sub)
+                self._drop(sub)
+
+    @staticmethod
+    def _drop(sub: Subscriber) -> None:
+        sub.dropped = True
+        while not sub.queue.empty():
+            sub.queue.get_nowait()
+        sub.queue.put_nowait(None)

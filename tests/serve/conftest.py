@@ -1,0 +1,76 @@
+"""Fixtures of the service tests: stores (as the command tests have them),
+an app over a started host, and an httpx client on its ASGI transport."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from collections.abc import AsyncGenerator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import attrs
+import httpx
+import msgspec
+import pytest
+from tests.cli.conftest import isolated, jsonl_store, pg_store, sqlite_store, store
+from tests.cli.support import Store
+
+from turnkeep.config import ServeConfig
+from turnkeep.serve import create_app
+
+__all__ = ["isolated", "jsonl_store", "pg_store", "served", "sqlite_store", "store"]
+
+Served = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@asynccontextmanager
+async def serving(
+    store: Store, config: ServeConfig | None = None, **app_options: Any
+) -> AsyncGenerator[httpx.AsyncClient]:
+    """A client of the service over `store` (lifespan run, host closed after)."""
+    async with store.host() as host:
+        app = create_app(host, config or ServeConfig(), **app_options)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
+                yield client
+
+
+@pytest.fixture
+def served() -> Served:
+    return serving
+
+
+def config(**changes: Any) -> ServeConfig:
+    return attrs.evolve(ServeConfig(), **changes)
+
+
+TURN = Path(__file__).parents[1] / "cli" / "_turn.py"
+
+
+def killed_in_turn(store: Store, session_id: str) -> None:
+    """A session whose writer died inside an unsafe tool (SIGKILL)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(TURN),
+            store.name,
+            msgspec.json.encode(store.options()).decode(),
+            session_id,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"in tool\n", "the turn did not start"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
