@@ -12,7 +12,7 @@ from typing import Final
 import attrs
 import click
 
-from turnkeep.cli.runtime import CliError, common_options, execute, open_store
+from turnkeep.cli.runtime import common_options, execute, open_store
 
 __all__ = ["MISSING_SERVE", "SERVE_MODULES", "register"]
 
@@ -55,7 +55,8 @@ def serve(bind: str | None, port: int | None, open_reads: bool | None) -> None:
         top = (exc.name or "").partition(".")[0]
         if top not in SERVE_MODULES:
             raise
-        raise CliError(MISSING_SERVE.format(name=top), code=2) from None
+        click.echo(f"turnkeep: {MISSING_SERVE.format(name=top)}", err=True)
+        raise click.exceptions.Exit(2) from None
 
     async def body() -> int:
         async with open_store() as store:
