@@ -24,7 +24,7 @@ from typing import Final
 
 import attrs
 
-from turnkeep.errors import SessionNotFoundError, StorageError
+from turnkeep.errors import TurnkeepError
 from turnkeep.persistence import SessionPersistence, last_durable_seq, read_after
 
 __all__ = ["READ_PAGE", "Subscriber", "Tails", "wait_for_commit"]
@@ -145,6 +145,17 @@ class Tails:
                     await tail.task
 
     async def _read(self, tail: _Tail) -> None:
+        try:
+            await self._follow(tail)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a reader must never fail in silence
+            _log.exception("following %r failed; its streams end", tail.session_id)
+            self._tails.pop(tail.session_id, None)
+            for sub in list(tail.subscribers):
+                self._drop(sub)  # their clients reconnect, to a new reader
+
+    async def _follow(self, tail: _Tail) -> None:
         position: int | None = None
         notice: str | None = None
         while tail.subscribers:
@@ -170,12 +181,16 @@ class Tails:
                     for raw in raws:
                         position += 1
                         self._fan_out(tail, position, raw)
+                        # Let the clients take it: a flush bigger than a
+                        # queue must not drop clients that keep up.
+                        await asyncio.sleep(0)
                 notice = None
-            except (SessionNotFoundError, StorageError) as exc:
-                # A writer restarting, a session not stored yet: keep looking.
+            except TurnkeepError as exc:
+                # A writer restarting, a session not stored yet, a store
+                # briefly unreadable: say so once and keep looking.
                 if notice != type(exc).__name__:
                     notice = type(exc).__name__
-                    _log.info("following %r: %s", tail.session_id, exc)
+                    _log.warning("following %r: %s", tail.session_id, exc)
                 await asyncio.sleep(self.interval)
 
     def _fan_out(self, tail: _Tail, seq: int, raw: bytes) -> None:
