@@ -3,10 +3,13 @@ an app over a started host, and an httpx client on its ASGI transport."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -15,12 +18,20 @@ import httpx
 import msgspec
 import pytest
 from tests.cli.conftest import isolated, jsonl_store, pg_store, sqlite_store, store
-from tests.cli.support import Store
+from tests.cli.support import SCRIPT, Store
 
 from turnkeep.config import ServeConfig
 from turnkeep.serve import create_app
 
-__all__ = ["isolated", "jsonl_store", "pg_store", "served", "sqlite_store", "store"]
+__all__ = [
+    "isolated",
+    "jsonl_store",
+    "pg_store",
+    "serve_process",
+    "served",
+    "sqlite_store",
+    "store",
+]
 
 Served = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
@@ -74,3 +85,54 @@ def killed_in_turn(store: Store, session_id: str) -> None:
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+Serve = Callable[[Store], str]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def serve_process() -> Iterator[Serve]:
+    """Start `turnkeep --store SPEC serve` on a free port; yields its URL."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(store: Store) -> str:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TURNKEEP_")}
+        proc = subprocess.Popen(
+            [str(SCRIPT), "--store", store.spec, "serve", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                assert proc.stderr is not None
+                raise AssertionError(proc.stderr.read().decode())
+            try:
+                httpx.get(f"{url}/sessions", timeout=1)
+                return url
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("turnkeep serve did not start")
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+

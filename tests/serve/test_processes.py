@@ -4,64 +4,10 @@ processes on one PostgreSQL database see the same sessions."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterator
-
 import httpx
 import pytest
-from tests.cli.support import SCRIPT, Store, converse
-
-Serve = Callable[[Store], str]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def serve_process() -> Iterator[Serve]:
-    """Start `turnkeep --store SPEC serve` on a free port; yields its URL."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(store: Store) -> str:
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TURNKEEP_")}
-        proc = subprocess.Popen(
-            [str(SCRIPT), "--store", store.spec, "serve", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                assert proc.stderr is not None
-                raise AssertionError(proc.stderr.read().decode())
-            try:
-                httpx.get(f"{url}/sessions", timeout=1)
-                return url
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise AssertionError("turnkeep serve did not start")
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-
+from tests.cli.support import Store, converse
+from tests.serve.conftest import Serve
 
 def check_serves(url: str, session_id: str) -> None:
     listed = httpx.get(f"{url}/sessions", timeout=10).json()
