@@ -26,6 +26,7 @@ from tests.serve.conftest import Serve, killed_in_turn
 
 CHROMIUM = Path("/usr/bin/chromium")
 WRITER = Path(__file__).parent / "_writer.py"
+SHOTS = os.environ.get("TURNKEEP_SCREENSHOTS")  # read before the fixtures clear it
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +102,7 @@ def test_the_page_lists_shows_and_follows_sessions(
     writer: subprocess.Popen[str],
     tmp_path: Path,
 ) -> None:
-    shots = Path(os.environ.get("TURNKEEP_SCREENSHOTS") or tmp_path)
+    shots = Path(SHOTS) if SHOTS else tmp_path
     base = serve_process(stored)
     outside: list[str] = []
     page = guarded_page(browser, base, outside)

@@ -107,7 +107,8 @@ class Pages:
         q = request.query_params.get("q", "")
         chosen = request.query_params.get("status", "")
         options = "".join(
-            f'<option value="{s}"{" selected" if s == chosen else ""}>{s}</option>'
+            f'<option value="{s}"{" selected" if s == chosen else ""}>'
+            f"{s or 'any status'}</option>"
             for s in ["", *sorted(STATUSES)]
         )
         more = ""
