@@ -50,6 +50,8 @@ __all__ = ["Api", "RecoverRequest"]
 
 _MAX_SEQ: Final = 2**62
 _MAX_TEXT: Final = 200
+_SEND_BATCH: Final = 64
+"""Events sent in one write at most (fewer sends when a client is behind)."""
 
 
 class RecoverRequest(
@@ -198,38 +200,42 @@ class Api:
 
     async def _committed(
         self, session_id: str, after: int, key: str
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> AsyncIterator[ServerSentEvent | bytes]:
         sub = None
         try:
             position = after
-            async for seq, raw in self._backlog(session_id, position):
-                position = seq
-                yield _sse(seq, raw)
+            async for chunk, last in self._backlog(session_id, position):
+                position = last
+                yield chunk
             sub = self.tails.subscribe(session_id)
             # Whatever landed between the backlog and the subscription.
-            async for seq, raw in self._backlog(session_id, position):
-                position = seq
-                yield _sse(seq, raw)
+            async for chunk, last in self._backlog(session_id, position):
+                position = last
+                yield chunk
             while True:
-                item = await sub.queue.get()
-                if item is None:
-                    yield ServerSentEvent(
-                        data='{"code":"slow_client","message":"this client fell '
-                        'behind and was dropped; reconnect with Last-Event-ID"}',
-                        event="dropped",
-                    )
-                    return
-                seq, raw = item
-                if seq <= position:
-                    continue
-                if seq > position + 1:  # a gap: fill it from the log
-                    async for missed, missed_raw in self._backlog(
-                        session_id, position, until=seq - 1
-                    ):
-                        position = missed
-                        yield _sse(missed, missed_raw)
-                position = seq
-                yield _sse(seq, raw)
+                items = [await sub.queue.get()]
+                while not sub.queue.empty() and len(items) < _SEND_BATCH:
+                    items.append(sub.queue.get_nowait())
+                out = bytearray()
+                for item in items:
+                    if item is None:
+                        if out:
+                            yield bytes(out)
+                        yield _DROPPED
+                        return
+                    seq, raw = item
+                    if seq <= position:
+                        continue
+                    if seq > position + 1:  # a gap: fill it from the log
+                        async for chunk, last in self._backlog(
+                            session_id, position, until=seq - 1
+                        ):
+                            out += chunk
+                            position = last
+                    out += _sse(seq, raw)
+                    position = seq
+                if out:
+                    yield bytes(out)
         finally:
             if sub is not None:
                 self.tails.unsubscribe(sub)
@@ -237,14 +243,21 @@ class Api:
 
     async def _backlog(
         self, session_id: str, after: int, until: int | None = None
-    ) -> AsyncIterator[tuple[int, bytes]]:
+    ) -> AsyncIterator[tuple[bytes, int]]:
+        """The committed events after `after` (to `until`) as SSE chunks.
+
+        Each chunk comes with the last seq it holds.
+        """
         position = after
         while until is None or position < until:
             page = READ_PAGE if until is None else min(READ_PAGE, until - position)
             raws = await read_after(self.backend, session_id, position, page)
-            for raw in raws:
-                position += 1
-                yield position, raw
+            for start in range(0, len(raws), _SEND_BATCH):
+                out = bytearray()
+                for raw in raws[start : start + _SEND_BATCH]:
+                    position += 1
+                    out += _sse(position, raw)
+                yield bytes(out), position
             if len(raws) < page:
                 return
 
@@ -284,6 +297,19 @@ class Api:
         )
 
 
-def _sse(seq: int, raw: bytes) -> ServerSentEvent:
-    # A stored event is one line of JSON: it is the event's data as it is.
-    return ServerSentEvent(data=raw.decode(), id=str(seq))
+def _sse(seq: int, raw: bytes) -> bytes:
+    """One SSE message: `id` is the seq, `data` the stored event's JSON.
+
+    A stored event is one line of JSON (the codec escapes line breaks
+    inside strings); one that is not is sent line by line, as SSE allows.
+    """
+    lines = raw.splitlines() or [b""]
+    data = b"".join(b"data: " + line + b"\n" for line in lines)
+    return b"id: %d\n%s\n" % (seq, data)
+
+
+_DROPPED: Final = ServerSentEvent(
+    data='{"code":"slow_client","message":"this client fell behind and was dropped; '
+    'reconnect with Last-Event-ID"}',
+    event="dropped",
+)
