@@ -115,28 +115,35 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
+def spawn(*args: str, pipes: bool = True) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.bench_serve", *args],
         cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+        stdout=subprocess.PIPE if pipes else subprocess.DEVNULL,
         text=True,
     )
 
 
-def writer_run(
-    path: Path, session_id: str, events: int
-) -> tuple[subprocess.Popen[str], Any]:
+def writer_ready(path: Path, session_id: str, events: int) -> subprocess.Popen[str]:
+    """A writer process whose session is stored, waiting for `go`."""
     proc = spawn("writer", str(path), session_id, str(events))
     assert proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
-    return proc, None
+    return proc
+
+
+def go(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.close()
 
 
 def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    assert proc.stdin is not None and proc.stdout is not None
+    """What the writer reported once it is done."""
+    assert proc.stdout is not None
     out = proc.stdout.read()
+    proc.stdout.close()
     proc.wait(timeout=DEADLINE)
     return msgspec.json.decode(out.strip().splitlines()[-1])
 
@@ -161,14 +168,12 @@ def percentile(values: list[float], p: float) -> float:
 
 
 async def followed(base: str, path: Path, n: int, events: int) -> dict[str, Any]:
-    proc, _ = writer_run(path, "followed", events)
+    proc = writer_ready(path, "followed", events)
     url = f"{base}/sessions/followed/stream?after=0"
     got: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     tasks = [asyncio.create_task(follow(url, events, g)) for g in got]
     await asyncio.sleep(0.5)  # every follower connected
-    assert proc.stdin is not None
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
+    go(proc)
     done = await asyncio.to_thread(finish, proc)
     await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE)
     committed: dict[int, int] = {}
@@ -198,7 +203,7 @@ def main() -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     path = scratch / "store.sqlite3"
     port = free_port()
-    server = spawn("server", str(path), str(port))
+    server = spawn("server", str(path), str(port), pipes=False)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -210,10 +215,8 @@ def main() -> dict[str, Any]:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise
                 time.sleep(0.1)
-        alone_proc, _ = writer_run(path, "alone", EVENTS)
-        assert alone_proc.stdin is not None
-        alone_proc.stdin.write("go\n")
-        alone_proc.stdin.flush()
+        alone_proc = writer_ready(path, "alone", EVENTS)
+        go(alone_proc)
         alone = finish(alone_proc)
         alone_rate = EVENTS / (alone["ns"] / 1e9)
         measured = asyncio.run(followed(base, path, FOLLOWERS, EVENTS))

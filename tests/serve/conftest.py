@@ -134,5 +134,3 @@ def serve_process() -> Iterator[Serve]:
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
-
-

@@ -155,9 +155,7 @@ async def test_events_are_the_committed_records_after_a_seq(
         ]
         assert page["next_after"] == 6
         assert page["last_seq"] == len(stored) - 1
-        rest = (
-            await client.get("/sessions/s-one/events", params={"after": 6})
-        ).json()
+        rest = (await client.get("/sessions/s-one/events", params={"after": 6})).json()
         assert len(rest["events"]) == len(stored) - 7
         end = (
             await client.get(

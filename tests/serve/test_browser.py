@@ -34,7 +34,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def stored(sqlite_store: Store) -> Store:
     """A finished conversation and a session cut off inside a tool."""
-    asyncio.run(converse(sqlite_store, "s-talk", ("hello there", "look it up", "thanks")))
+    asyncio.run(
+        converse(sqlite_store, "s-talk", ("hello there", "look it up", "thanks"))
+    )
     killed_in_turn(sqlite_store, "s-cut")
     return sqlite_store
 

@@ -131,9 +131,7 @@ async def test_a_client_over_its_request_budget_gets_429(
     sqlite_store: Store, served: Served
 ) -> None:
     await converse(sqlite_store, "s-one", prompts=("hi",))
-    async with served(
-        sqlite_store, config(burst=3, requests_per_second=1)
-    ) as client:
+    async with served(sqlite_store, config(burst=3, requests_per_second=1)) as client:
         codes = [(await client.get("/sessions")).status_code for _ in range(4)]
         assert codes == [200, 200, 200, 429]
         over = await client.get("/sessions")

@@ -9,6 +9,7 @@ import pytest
 from tests.cli.support import Store, converse
 from tests.serve.conftest import Serve
 
+
 def check_serves(url: str, session_id: str) -> None:
     listed = httpx.get(f"{url}/sessions", timeout=10).json()
     assert session_id in [s["id"] for s in listed["items"]]

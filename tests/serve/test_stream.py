@@ -66,7 +66,9 @@ async def sse(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, str]]:
             message[field] = value.removeprefix(" ")
 
 
-async def take(url: str, count: int, headers: dict[str, str] | None = None) -> list[int]:
+async def take(
+    url: str, count: int, headers: dict[str, str] | None = None
+) -> list[int]:
     seqs: list[int] = []
     async with (
         httpx.AsyncClient(timeout=30) as client,
