@@ -241,7 +241,8 @@ def main() -> dict[str, Any]:
         f"  delivered to followers      {measured['delivered_events_per_s']:>10,.0f} "
         "events/s (all followers)\n"
         f"  commit -> client delay      p50 {measured['delay_ms_p50']:.1f} ms, "
-        f"p99 {measured['delay_ms_p99']:.1f} ms, max {measured['delay_ms_max']:.1f} ms\n"
+        f"p99 {measured['delay_ms_p99']:.1f} ms, "
+        f"max {measured['delay_ms_max']:.1f} ms\n"
         "  every follower got every event once, in order: "
         f"{measured['every_follower_got_every_event_once_in_order']}"
     )

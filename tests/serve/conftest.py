@@ -8,9 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs

@@ -151,7 +151,8 @@ def test_the_page_lists_shows_and_follows_sessions(
     page.goto(f"{base}/view/s-live")
     expect(page.locator("section.turn")).to_have_count(1)
     expect(page.locator("#follow-state")).to_contain_text("following")
-    assert writer.stdin is not None and writer.stdout is not None
+    assert writer.stdin is not None
+    assert writer.stdout is not None
     for turn in (2, 3):
         writer.stdin.write("next\n")
         writer.stdin.flush()

@@ -13,7 +13,7 @@ from turnkeep.errors import ConfigurationError
 from turnkeep.serve import check_bind
 from turnkeep.serve.guard import Budgets
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token"  # noqa: S105 - a test token
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -151,7 +151,8 @@ def test_budgets_refill_and_count_streams() -> None:
     assert budgets.take("b") is None  # budgets are per client
     now[0] = 0.5
     assert budgets.take("a") is None
-    assert budgets.open_stream("a") and budgets.open_stream("a")
+    assert budgets.open_stream("a")
+    assert budgets.open_stream("a")
     assert not budgets.open_stream("a")  # per client
     assert budgets.open_stream("b")
     assert not budgets.open_stream("c")  # in all

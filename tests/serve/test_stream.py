@@ -42,7 +42,7 @@ async def running(store: Store, **options: Any) -> AsyncGenerator[str]:
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
         )
         task = asyncio.create_task(server.serve())
-        while not server.started:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event for it
             await asyncio.sleep(0.01)
         try:
             yield f"http://127.0.0.1:{port}"

@@ -49,8 +49,7 @@ def serve(bind: str | None, port: int | None, open_reads: bool | None) -> None:
     --open-reads. Binding an address other than loopback needs a token.
     """
     try:
-        from turnkeep.serve import check_bind
-        from turnkeep.serve import serve as run
+        from turnkeep.serve import check_bind, serve as run
     except ModuleNotFoundError as exc:
         top = (exc.name or "").partition(".")[0]
         if top not in SERVE_MODULES:
