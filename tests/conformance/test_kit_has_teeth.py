@@ -8,13 +8,14 @@ import pytest
 
 BROKEN = textwrap.dedent(
     '''
+    import attrs
     import msgspec
     import pytest
 
     from turnkeep.conformance import (
         AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
-        HeldContract, IdsContract, LoadAfterContract,
-        ListContract, LoadContract, MetadataContract, OwnershipContract,
+        HeldContract, IdsContract, ListContract, ListFilterContract,
+        LoadAfterContract, LoadContract, MetadataContract, OwnershipContract,
         SessionsContract, SummaryAppendContract, UnknownOutcomeContract,
     )
     from turnkeep.errors import StorageError
@@ -52,6 +53,26 @@ BROKEN = textwrap.dedent(
         async def list(self, *, limit=100, cursor=None):
             page = await super().list(limit=10_000)
             return SessionPage(items=page.items, next_cursor=None)
+
+
+    class FiltersEachPage(MemoryPersistence):
+        """Filters a page after taking it: pages come back short."""
+
+        async def list(self, *, limit=100, cursor=None, where=None):
+            page = await super().list(limit=limit, cursor=cursor)
+            items = [m for m in page.items if where is None or where.matches(m)]
+            return SessionPage(items=items, next_cursor=page.next_cursor)
+
+
+    class KeepsTheBounds(MemoryPersistence):
+        """Keeps sessions updated exactly at a bound (both are exclusive)."""
+
+        async def list(self, *, limit=100, cursor=None, where=None):
+            if where is not None and where.updated_after is not None:
+                where = attrs.evolve(where, updated_after=where.updated_after - 1)
+            if where is not None and where.updated_before is not None:
+                where = attrs.evolve(where, updated_before=where.updated_before + 1)
+            return await super().list(limit=limit, cursor=cursor, where=where)
 
 
     class LosesSummaryOnAppend(MemoryPersistence):
@@ -299,6 +320,20 @@ BROKEN = textwrap.dedent(
             return lambda: ForgetsPagination(storage)
 
 
+    class TestFiltersEachPage(ListFilterContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: FiltersEachPage(storage)
+
+
+    class TestKeepsTheBounds(ListFilterContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: KeepsTheBounds(storage)
+
+
     class TestLosesSummaryOnAppend(MetadataContract):
         @pytest.fixture
         def make_backend(self):
@@ -523,6 +558,13 @@ EXPECTED_FAILURES = {
         "test_paging_covers_every_session_once",
         "test_foreign_cursor_is_refused",
         "test_listing_reports_turns_and_size",
+    },
+    "TestFiltersEachPage": {
+        "test_filtered_pages_are_full_until_the_last",
+    },
+    "TestKeepsTheBounds": {
+        "test_each_filter_keeps_exactly_the_matching_sessions",
+        "test_filtered_pages_are_full_until_the_last",
     },
     "TestLosesSummaryOnAppend": {
         "test_summary_survives_later_appends",

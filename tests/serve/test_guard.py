@@ -69,7 +69,7 @@ async def test_without_a_token_writes_are_refused(
     async with served(sqlite_store) as client:
         reply = await client.post("/recover")
         assert reply.status_code == 403
-        assert reply.json()["code"] == "writes_disabled"
+        assert reply.json()["code"] == "writes-disabled"
 
 
 @pytest.mark.asyncio
@@ -102,12 +102,12 @@ async def test_recover_settles_a_session_its_writer_left_inside_a_turn(
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        (b"{not json", 400, "bad_json"),
-        (b'{"session_ids": 5}', 422, "invalid_body"),
-        (b'{"session_ids": ["a"], "everything": true}', 422, "invalid_body"),
-        (b"[1, 2]", 422, "invalid_body"),
-        (b'{"session_ids": ["a\\u0000b"]}', 400, "invalid_session_id"),
-        (b'{"session_ids": ["' + b"x" * 70_000 + b'"]}', 413, "body_too_large"),
+        (b"{not json", 400, "bad-json"),
+        (b'{"session_ids": 5}', 422, "invalid-body"),
+        (b'{"session_ids": ["a"], "everything": true}', 422, "invalid-body"),
+        (b"[1, 2]", 422, "invalid-body"),
+        (b'{"session_ids": ["a\\u0000b"]}', 400, "invalid-session-id"),
+        (b'{"session_ids": ["' + b"x" * 70_000 + b'"]}', 413, "body-too-large"),
     ],
 )
 async def test_bad_recover_bodies_are_refused_and_change_nothing(
@@ -135,7 +135,7 @@ async def test_a_client_over_its_request_budget_gets_429(
         codes = [(await client.get("/sessions")).status_code for _ in range(4)]
         assert codes == [200, 200, 200, 429]
         over = await client.get("/sessions")
-        assert over.json()["code"] == "rate_limited"
+        assert over.json()["code"] == "rate-limited"
         assert int(over.headers["retry-after"]) >= 1
 
 
@@ -169,7 +169,7 @@ async def test_too_many_streams_is_429(sqlite_store: Store, served: Served) -> N
         assert api.guard.budgets.open_stream("addr:127.0.0.1")
         reply = await client.get("/sessions/s-one/stream")
         assert reply.status_code == 429
-        assert reply.json()["code"] == "too_many_streams"
+        assert reply.json()["code"] == "too-many-streams"
 
 
 def test_binding_beyond_loopback_needs_a_token() -> None:

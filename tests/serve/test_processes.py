@@ -20,7 +20,7 @@ def check_serves(url: str, session_id: str) -> None:
     assert "look it up" in page.text
     missing = httpx.get(f"{url}/sessions/nope", timeout=10)
     assert missing.status_code == 404
-    assert missing.json()["code"] == "session_not_found"
+    assert missing.json()["code"] == "session-not-found"
 
 
 @pytest.mark.slow

@@ -141,7 +141,7 @@ async def test_a_bad_last_event_id_is_400(sqlite_store: Store) -> None:
             f"{base}/sessions/s-one/stream", headers={"Last-Event-ID": "x"}
         )
         assert reply.status_code == 400
-        assert reply.json()["code"] == "bad_parameter"
+        assert reply.json()["code"] == "bad-parameter"
 
 
 async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(

@@ -34,6 +34,7 @@ from turnkeep.errors import (
 )
 from turnkeep.hookspecs import hookimpl
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 
@@ -156,11 +157,20 @@ class MemoryPersistence:
         """The last stored seq."""
         return len(self._stored(session_id).events) - 1
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Page through stored sessions, newest first."""
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Page through stored sessions (those `where` keeps), newest first."""
         if limit <= 0:
             raise ValueError("limit must be positive")
-        items = sorted(self.storage.sessions.values(), key=_order)
+        stored = self.storage.sessions.values()
+        if where is not None:
+            stored = [s for s in stored if where.matches(s.meta)]
+        items = sorted(stored, key=_order)
         if cursor is not None:
             after = _decode_cursor(cursor)
             items = [s for s in items if _order(s) > after]

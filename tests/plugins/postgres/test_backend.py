@@ -28,6 +28,7 @@ from turnkeep.errors import (
 )
 from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
 from turnkeep.host import Host
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
 from turnkeep_postgres import PostgresPersistence
 
@@ -280,6 +281,50 @@ async def test_list_is_served_by_its_index(
         nodes = list(walk(plan))
         assert any(n.get("Index Name") == "sessions_by_update" for n in nodes), plan
         assert not any(n["Node Type"] in ("Sort", "Seq Scan") for n in nodes), plan
+
+
+@pytest.mark.asyncio
+async def test_filtered_lists_are_served_by_an_index(
+    store: PostgresPersistence, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    await store.create(meta("seed"))
+    await store.append("seed", turn(0, "seed"))
+    conn = raw_conn()
+    conn.execute(
+        "INSERT INTO sessions (id, format_version, header, summary, updated_at,"
+        " next_seq) SELECT 'bulk-' || g, 1, json_build_object('id', 'bulk-' || g),"
+        " json_build_object('status', (ARRAY['idle', 'closed', 'failed'])[g % 3 + 1]"
+        " ), g % 700, 1 FROM generate_series(1, 5000) AS g"
+    )
+    conn.execute("ANALYZE sessions")
+    page = await store.list(limit=50, where=ListFilter(statuses={"failed"}))
+    assert page.next_cursor is not None
+    assert {m.summary.status for m in page.items} == {"failed"}
+    queries = opened_queries(store)
+    window = {"lower": 100, "upper": 600, "limit": 51}
+    after = {"updated_at": 350, "id": "bulk-9"}
+    for query, params, index in (
+        (queries.list_window_first, window, "sessions_by_update"),
+        (queries.list_window_after, window | after, "sessions_by_update"),
+        (
+            queries.list_status_first,
+            window | {"status": "failed"},
+            "sessions_by_status",
+        ),
+        (
+            queries.list_status_after,
+            window | after | {"status": "failed"},
+            "sessions_by_status",
+        ),
+    ):
+        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        nodes = list(walk(plan))
+        assert any(n.get("Index Name") == index for n in nodes), plan
+        assert not any(n["Node Type"] in ("Sort", "Seq Scan") for n in nodes), [
+            (n["Node Type"], n.get("Index Name"), index) for n in nodes
+        ]
 
 
 def opened_queries(store: PostgresPersistence) -> Any:

@@ -31,6 +31,7 @@ from ._delete import DeleteContract
 from ._harness import BackendHarness, MakeBackend
 from ._held import HeldContract
 from ._ids import HOSTILE_IDS, IdsContract
+from ._listfilter import ListFilterContract
 from ._listing import ListContract
 from ._load import LoadContract
 from ._loadafter import LoadAfterContract
@@ -50,6 +51,7 @@ __all__ = [
     "HeldContract",
     "IdsContract",
     "ListContract",
+    "ListFilterContract",
     "LoadAfterContract",
     "LoadContract",
     "MakeBackend",
@@ -66,6 +68,7 @@ class PersistenceContract(
     AppendContract,
     LoadContract,
     ListContract,
+    ListFilterContract,
     MetadataContract,
     SummaryAppendContract,
     DeleteContract,

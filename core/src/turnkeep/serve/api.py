@@ -33,7 +33,7 @@ from turnkeep.persistence import (
 )
 from turnkeep.serve.follow import READ_PAGE, Tails
 from turnkeep.serve.guard import Guard
-from turnkeep.serve.listing import ListFilter, list_page
+from turnkeep.serve.listing import SessionQuery, list_page
 from turnkeep.serve.problems import Problem, json_response
 from turnkeep.serve.query import int_param, json_body, status_param, time_param
 from turnkeep.serve.views import (
@@ -89,26 +89,25 @@ class Api:
         """`GET /sessions?limit=&cursor=&status=&updated_after=&updated_before=&q=`."""
         self.guard.check(request, write=False)
         where, limit, cursor = self.list_query(request)
-        listed = await list_page(self.backend, where, limit=limit, cursor=cursor)
+        page = await list_page(self.backend, where, limit=limit, cursor=cursor)
         return json_response(
             SessionPageView(
-                items=[session_view(m) for m in listed.page.items],
-                next_cursor=listed.page.next_cursor,
-                scanned=listed.scanned,
+                items=[session_view(m) for m in page.items],
+                next_cursor=page.next_cursor,
             )
         )
 
-    def list_query(self, request: Request) -> tuple[ListFilter, int, str | None]:
+    def list_query(self, request: Request) -> tuple[SessionQuery, int, str | None]:
         """The filter, page size and cursor a listing request asks for."""
         limit = int_param(request, "limit", 50, minimum=1, maximum=self.config.max_page)
         text = request.query_params.get("q") or None
         if text is not None and len(text) > _MAX_TEXT:
             raise Problem(
                 400,
-                "bad_parameter",
+                "bad-parameter",
                 f"query parameter 'q': over {_MAX_TEXT} characters",
             )
-        where = ListFilter(
+        where = SessionQuery(
             statuses=status_param(request),
             updated_after=time_param(request, "updated_after"),
             updated_before=time_param(request, "updated_before"),
@@ -173,7 +172,7 @@ class Api:
         if not self.guard.budgets.open_stream(key):
             raise Problem(
                 429,
-                "too_many_streams",
+                "too-many-streams",
                 "too many open streams for this client (or in all); close one",
                 headers={"Retry-After": "5"},
             )
@@ -191,10 +190,10 @@ class Api:
                 value = int(header)
             except ValueError:
                 raise Problem(
-                    400, "bad_parameter", "Last-Event-ID must be a seq (an integer)"
+                    400, "bad-parameter", "Last-Event-ID must be a seq (an integer)"
                 ) from None
             if value < -1:
-                raise Problem(400, "bad_parameter", "Last-Event-ID must be >= -1")
+                raise Problem(400, "bad-parameter", "Last-Event-ID must be >= -1")
             return value
         return int_param(request, "after", last, minimum=-1, maximum=_MAX_SEQ)
 
@@ -272,14 +271,14 @@ class Api:
                 body if body is not None else {}, RecoverRequest, strict=True
             )
         except msgspec.ValidationError as exc:
-            raise Problem(422, "invalid_body", f"invalid body: {exc}") from None
+            raise Problem(422, "invalid-body", f"invalid body: {exc}") from None
         ids = (
             [validate_session_id(i) for i in asked.session_ids]
             if asked.session_ids is not None
             else None
         )
         if self._sweeping.locked():
-            raise Problem(409, "recover_running", "a recovery sweep is running")
+            raise Problem(409, "recover-running", "a recovery sweep is running")
         async with self._sweeping:
             results = await recover_interrupted(self.host, session_ids=ids)
         return json_response(
@@ -309,7 +308,7 @@ def _sse(seq: int, raw: bytes) -> bytes:
 
 
 _DROPPED: Final = ServerSentEvent(
-    data='{"code":"slow_client","message":"this client fell behind and was dropped; '
+    data='{"code":"slow-client","message":"this client fell behind and was dropped; '
     'reconnect with Last-Event-ID"}',
     event="dropped",
 )

@@ -116,7 +116,7 @@ class Guard:
         if write and self.token is None:
             raise Problem(
                 403,
-                "writes_disabled",
+                "writes-disabled",
                 "this service has no token configured, so it accepts no writes; "
                 "set TURNKEEP_SERVE__TOKEN and restart it",
             )
@@ -132,7 +132,7 @@ class Guard:
         if wait is not None:
             raise Problem(
                 429,
-                "rate_limited",
+                "rate-limited",
                 "too many requests from this client; retry later",
                 headers={"Retry-After": str(max(1, round(wait + 0.5)))},
             )

@@ -91,6 +91,7 @@ class Pages:
             raise
         where, limit, cursor = self.api.list_query(request)
         listed = await list_page(self.api.backend, where, limit=limit, cursor=cursor)
+        shown = len(listed.items)
         rows = "".join(
             "<tr>"
             f'<td class="title"><a href="/view/{escape(m.id)}">'
@@ -102,7 +103,7 @@ class Pages:
             f'<td class="num">{size_text(m.summary.size)}</td>'
             f'<td class="num">{m.summary.event_count}</td>'
             "</tr>"
-            for m in listed.page.items
+            for m in listed.items
         )
         q = request.query_params.get("q", "")
         chosen = request.query_params.get("status", "")
@@ -112,9 +113,9 @@ class Pages:
             for s in ["", *sorted(STATUSES)]
         )
         more = ""
-        if listed.page.next_cursor is not None:
+        if listed.next_cursor is not None:
             query = {k: v for k, v in request.query_params.items() if k != "cursor"}
-            query["cursor"] = listed.page.next_cursor
+            query["cursor"] = listed.next_cursor
             more = f'<a class="next" href="/?{escape(urlencode(query))}">next page</a>'
         empty = "" if rows else '<p class="empty">No session on this page matches.</p>'
         body = (
@@ -127,8 +128,7 @@ class Pages:
             '<table class="sessions"><thead><tr><th>title</th><th>status</th>'
             "<th>turns</th><th>updated</th><th>size</th><th>events</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>{empty}"
-            f'<p class="scanned">{listed.scanned} summaries read for this page. '
-            f"{more}</p>"
+            f'<p class="scanned">{shown} on this page. {more}</p>'
         )
         return _document("Sessions", body)
 
@@ -167,7 +167,7 @@ class Pages:
         """`GET /static/{name}`: the shipped script or stylesheet."""
         found = self.static.get(request.path_params["name"])
         if found is None:
-            raise Problem(404, "not_found", "no such file")
+            raise Problem(404, "not-found", "no such file")
         content, media = found
         return Response(
             content, media_type=media, headers={"Cache-Control": "no-cache"}
@@ -182,7 +182,7 @@ class Pages:
         guard = self.api.guard
         wait = guard.budgets.take(guard.key(request, authed=False))
         if wait is not None:  # guessing tokens costs the request budget
-            raise Problem(429, "rate_limited", "too many requests; retry later")
+            raise Problem(429, "rate-limited", "too many requests; retry later")
         body = await json_body_or_form(request, self.api.config.max_body)
         token = body.get("token", "")
         if not self.api.guard.accepts(token):
@@ -213,17 +213,17 @@ async def json_body_or_form(request: Request, max_body: int) -> dict[str, str]:
     if kind.startswith("application/x-www-form-urlencoded"):
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise Problem(413, "body_too_large", f"the body is over {max_body} bytes")
+            raise Problem(413, "body-too-large", f"the body is over {max_body} bytes")
         raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > max_body:
                 raise Problem(
-                    413, "body_too_large", f"the body is over {max_body} bytes"
+                    413, "body-too-large", f"the body is over {max_body} bytes"
                 )
         parsed = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=8)
         return {k: v[0] for k, v in parsed.items()}
     found = await json_body(request, max_body)
     if not isinstance(found, dict):
-        raise Problem(422, "invalid_body", "expected a form with a token")
+        raise Problem(422, "invalid-body", "expected a form with a token")
     return {str(k): str(v) for k, v in found.items()}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]

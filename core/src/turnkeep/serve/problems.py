@@ -1,7 +1,9 @@
 """Errors as the service answers them: JSON with a stable `code`.
 
 Every failure an endpoint can meet becomes `{"code": ..., "message": ...}`
-with a status that says whose fault it is: bad input 400 or 422, an unknown
+(a turnkeep error's own `code`, such as `session-not-found`; the service's
+own in the same style, such as `bad-parameter`) with a status that says
+whose fault it is: bad input 400 or 422, an unknown
 id 404, a missing token 401, a budget spent 429, a damaged or unreadable
 store 5xx. A failure nobody expected is logged here with its traceback and
 answered `500 internal_error` without one: what the server knows about
@@ -21,6 +23,7 @@ from starlette.responses import Response
 from turnkeep.errors import (
     EventDecodeError,
     InvalidCursorError,
+    InvalidListFilterError,
     InvalidSessionIdError,
     SessionCorruptError,
     SessionNotFoundError,
@@ -39,7 +42,7 @@ class ProblemBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """What an error response holds.
 
     Attributes:
-        code: a stable machine-readable name (`session_not_found`, ...).
+        code: a stable machine-readable name (`session-not-found`, ...).
         message: what went wrong, for a person.
         session_id: the session the request was about, when there is one.
     """
@@ -90,15 +93,17 @@ def _answer(
     return json_response(body, status, headers)
 
 
-# The turnkeep errors a read can meet, most specific first.
-_KNOWN: Final[tuple[tuple[type[TurnkeepError], int, str], ...]] = (
-    (InvalidSessionIdError, 400, "invalid_session_id"),
-    (InvalidCursorError, 400, "invalid_cursor"),
-    (SessionNotFoundError, 404, "session_not_found"),
-    (SessionCorruptError, 500, "session_corrupt"),
-    (UnsupportedFormatError, 500, "unsupported_format"),
-    (EventDecodeError, 500, "undecodable_event"),
-    (StorageError, 503, "storage_unavailable"),
+# The status of each turnkeep error a request can meet, most specific first;
+# the response's `code` is the error's own (`TurnkeepError.code`).
+_STATUS: Final[tuple[tuple[type[TurnkeepError], int], ...]] = (
+    (InvalidSessionIdError, 400),
+    (InvalidCursorError, 400),
+    (InvalidListFilterError, 400),
+    (SessionNotFoundError, 404),
+    (SessionCorruptError, 500),
+    (UnsupportedFormatError, 500),
+    (EventDecodeError, 500),
+    (StorageError, 503),
 )
 
 
@@ -114,30 +119,30 @@ async def on_exception(request: Request, exc: Exception) -> Response:
             exc.status, exc.code, exc.message, _session_of(request), exc.headers
         )
     if isinstance(exc, TurnkeepError):
-        for kind, status, code in _KNOWN:
+        for kind, status in _STATUS:
             if isinstance(exc, kind):
-                return _answer(status, code, str(exc), _session_of(request))
+                return _answer(status, exc.code, str(exc), _session_of(request))
         _log.warning("%s %s: %s", request.method, request.url.path, exc)
-        return _answer(500, "turnkeep_error", str(exc), _session_of(request))
+        return _answer(500, exc.code, str(exc), _session_of(request))
     _log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
     return _answer(
         500,
-        "internal_error",
+        "internal-error",
         "the server failed to answer this request; its log has the details",
         _session_of(request),
     )
 
 
 _HTTP_CODES: Final = {
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "body_too_large",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "body-too-large",
 }
 
 
 async def on_http(request: Request, exc: Exception) -> Response:
     """Answer Starlette's own HTTP errors (unknown route, wrong method)."""
     assert isinstance(exc, HTTPException)  # noqa: S101 - registered for it only
-    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    code = _HTTP_CODES.get(exc.status_code, f"http-{exc.status_code}")
     headers = dict(exc.headers) if exc.headers else None
     return _answer(exc.status_code, code, str(exc.detail), None, headers)

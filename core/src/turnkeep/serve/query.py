@@ -8,7 +8,7 @@ that is JSON of the wrong shape.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final, get_args
+from typing import Final, cast, get_args
 
 import msgspec
 from starlette.requests import Request
@@ -22,7 +22,7 @@ STATUSES: Final[frozenset[str]] = frozenset(get_args(SessionStatus))
 
 
 def _bad(name: str, why: str) -> Problem:
-    return Problem(400, "bad_parameter", f"query parameter {name!r}: {why}")
+    return Problem(400, "bad-parameter", f"query parameter {name!r}: {why}")
 
 
 def int_param(
@@ -41,7 +41,7 @@ def int_param(
     return value
 
 
-def status_param(request: Request) -> frozenset[str] | None:
+def status_param(request: Request) -> frozenset[SessionStatus] | None:
     """`status=a,b`: the statuses to keep (`None`: all)."""
     raw = request.query_params.get("status")
     if raw is None or raw == "":
@@ -54,7 +54,7 @@ def status_param(request: Request) -> frozenset[str] | None:
             f"unknown status {', '.join(unknown) or raw!r}; "
             f"expected some of {', '.join(sorted(STATUSES))}",
         )
-    return wanted
+    return cast("frozenset[SessionStatus]", wanted)
 
 
 def time_param(request: Request, name: str) -> int | None:
@@ -62,7 +62,7 @@ def time_param(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    if raw.lstrip("-").isdigit():
+    if raw.isdigit():
         return int(raw)
     try:
         moment = datetime.fromisoformat(raw)
@@ -72,7 +72,10 @@ def time_param(request: Request, name: str) -> int | None:
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    ms = int(moment.timestamp() * 1000)
+    if ms < 0:
+        raise _bad(name, f"{raw[:40]!r} is before 1970")
+    return ms
 
 
 async def json_body(request: Request, max_body: int) -> object:
@@ -90,8 +93,8 @@ async def json_body(request: Request, max_body: int) -> object:
     try:
         return msgspec.json.decode(bytes(body))
     except msgspec.DecodeError as exc:
-        raise Problem(400, "bad_json", f"the body is not JSON: {exc}") from None
+        raise Problem(400, "bad-json", f"the body is not JSON: {exc}") from None
 
 
 def _too_large(max_body: int) -> Problem:
-    return Problem(413, "body_too_large", f"the body is over {max_body} bytes")
+    return Problem(413, "body-too-large", f"the body is over {max_body} bytes")

@@ -68,13 +68,13 @@ class SessionView(msgspec.Struct, frozen=True, kw_only=True):
 class SessionPageView(msgspec.Struct, frozen=True, kw_only=True):
     """`GET /sessions`: one page.
 
-    `scanned` is how many summaries were read for it; filters apply to
-    those, so `items` may be fewer than `limit` while `next_cursor` is set.
+    A page may hold fewer than `limit` sessions (a title search, or a
+    status filter whose sessions a liveness probe moved) while
+    `next_cursor` says more follow.
     """
 
     items: list[SessionView]
     next_cursor: str | None
-    scanned: int
 
 
 class ToolUsage(msgspec.Struct, frozen=True, kw_only=True):

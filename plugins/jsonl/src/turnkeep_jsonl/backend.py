@@ -25,6 +25,7 @@ from turnkeep.backup import BackupReport
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
 from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.maintenance import TailReport
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
@@ -148,13 +149,23 @@ class JsonlPersistence:
         session_id = validate_session_id(session_id)
         return await self._run(self._impl.reads.last_seq, session_id)
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """One page of stored sessions, newest first, from the catalog."""
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """One page of stored sessions (those `where` keeps), newest first.
+
+        From the catalog and the summaries of sessions that may have moved
+        on (held here, or open elsewhere); no log is parsed.
+        """
         if limit <= 0:
             raise ValueError("limit must be positive")
         after = decode_cursor(cursor) if cursor is not None else None
         ordered = await self._run(self._impl.ordered)
-        return page(ordered, limit=limit, after=after)
+        return page(ordered, limit=limit, after=after, where=where)
 
     async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
         """Whether a live owner holds each session (see `SessionPersistence`).

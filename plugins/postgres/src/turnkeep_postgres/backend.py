@@ -39,6 +39,7 @@ from turnkeep.errors import (
     TurnkeepError,
 )
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep_postgres import reads, writes
@@ -229,14 +230,25 @@ class PostgresPersistence:
             lambda conn, q: reads.last_seq(conn, q, session_id),
         )
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Page through stored sessions, newest first, from the index alone."""
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Page through stored sessions (those `where` keeps), newest first.
+
+        From the indexes alone: `sessions_by_update`, or `sessions_by_status`
+        per status asked for.
+        """
         if limit <= 0:
             raise ValueError("limit must be positive")
         if cursor is not None:
             reads.decode_cursor(cursor)  # refuse a bad cursor before any I/O
         return await self._read(
-            "listing sessions", lambda conn, q: reads.list_page(conn, q, limit, cursor)
+            "listing sessions",
+            lambda conn, q: reads.list_page(conn, q, limit, cursor, where),
         )
 
     async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:

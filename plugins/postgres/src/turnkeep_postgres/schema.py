@@ -16,6 +16,9 @@ Layout (schema name from configuration, always quoted):
   when it was appended; `NULL` for rows no worker of schema 3 flagged yet.
 - `schema_migrations`: one row per applied migration.
 
+Indexes serve `list`: `sessions_by_update` (newest first, time windows) and
+`sessions_by_status` (migration 4: one range per status).
+
 `migrate` brings a schema to `SCHEMA_VERSION` under a transaction-scoped
 advisory lock, so workers starting together migrate exactly once. It runs in
 the caller's transaction when there is one (as a savepoint) and in its own
@@ -62,7 +65,7 @@ __all__ = [
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema version this code writes and the newest it reads."""
 
 LOCK_NAMESPACE: Final = 0x746B
@@ -196,10 +199,51 @@ def _migration_3(schema: str) -> Migration:
     )
 
 
+def _migration_4(schema: sql.Identifier) -> Migration:
+    """`sessions_by_status`: the index of `list` filtered by status.
+
+    On the summary's own `status` (an expression index), so workers of an
+    older schema, which write no other column, keep it right. Statistics on
+    the expression (PostgreSQL 14 and later) let the planner see how common
+    each status is: without them it guesses every status rare and sorts a
+    common status's rows for each page instead of reading the index in order.
+    """
+    sessions = sql.SQL("{}.sessions").format(schema)
+    statistics = sql.SQL("{}.sessions_status_stats").format(schema)
+
+    async def status_statistics(conn: AsyncConnection[Any]) -> None:
+        cur = await conn.execute("SELECT current_setting('server_version_num')::int")
+        row = await cur.fetchone()
+        if row is not None and int(row[0]) >= 140000:
+            await conn.execute(
+                sql.SQL(
+                    "CREATE STATISTICS IF NOT EXISTS {statistics} "
+                    "ON (summary ->> 'status') FROM {sessions}"
+                ).format(statistics=statistics, sessions=sessions)
+            )
+
+    return Migration(
+        4,
+        "sessions by status",
+        (
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS sessions_by_status ON {sessions} "
+                "((summary ->> 'status'), updated_at DESC, id) WHERE next_seq > 0"
+            ).format(sessions=sessions),
+            status_statistics,
+        ),
+    )
+
+
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
-    return (_migration_1(ident), _migration_2(ident), _migration_3(schema))
+    return (
+        _migration_1(ident),
+        _migration_2(ident),
+        _migration_3(schema),
+        _migration_4(ident),
+    )
 
 
 async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:

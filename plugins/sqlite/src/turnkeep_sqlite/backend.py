@@ -37,6 +37,7 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
@@ -204,13 +205,25 @@ class SqlitePersistence:
             return {}
         return await self._read(lambda conn: reads.held(conn, ids))
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Page through stored sessions, newest first, from the index alone."""
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Page through stored sessions (those `where` keeps), newest first.
+
+        From the indexes alone: `sessions_recent`, or `sessions_by_status`
+        per status asked for.
+        """
         if limit <= 0:
             raise ValueError("limit must be positive")
         if cursor is not None:
             reads.decode_cursor(cursor)  # refuse a bad cursor before any I/O
-        return await self._read(lambda conn: reads.list_page(conn, limit, cursor))
+        return await self._read(
+            lambda conn: reads.list_page(conn, limit, cursor, where)
+        )
 
     async def has(self, session_id: str) -> bool:
         """Whether the session is stored (has at least one durable flush)."""
