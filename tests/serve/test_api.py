@@ -19,8 +19,9 @@ pytestmark = pytest.mark.asyncio
 
 
 async def test_lists_sessions_with_status_usage_and_pages(
-    sqlite_store: Store, served: Served
+    store: Store, served: Served
 ) -> None:
+    sqlite_store = store  # every embedded backend
     await converse(sqlite_store, "s-one")
     await converse(sqlite_store, "s-two", prompts=("only one",))
     async with served(sqlite_store) as client:
@@ -142,8 +143,9 @@ async def test_unknown_ids_are_404_and_bad_ids_400(
 
 
 async def test_events_are_the_committed_records_after_a_seq(
-    sqlite_store: Store, served: Served
+    store: Store, served: Served
 ) -> None:
+    sqlite_store = store  # every embedded backend
     await converse(sqlite_store, "s-one")
     stored = (await sqlite_store.load("s-one")).events
     async with served(sqlite_store) as client:

@@ -20,6 +20,7 @@ import uvicorn
 from tests.cli.support import Store, converse
 
 from turnkeep.config import ServeConfig
+from turnkeep.events import UserMessageData
 from turnkeep.serve import create_app
 from turnkeep.serve.follow import Tails
 
@@ -86,7 +87,8 @@ async def take(
     return seqs
 
 
-async def test_followers_see_every_commit_once_in_order(sqlite_store: Store) -> None:
+async def test_followers_see_every_commit_once_in_order(store: Store) -> None:
+    sqlite_store = store  # every embedded backend
     await converse(sqlite_store, "s-one", prompts=("first",))
     before = len((await sqlite_store.load("s-one")).events)
     async with running(sqlite_store) as base:
@@ -186,3 +188,62 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
         assert items == [None]  # its stream ends: the client reconnects
         await tails.aclose()
         assert tails.followed == 0
+
+
+async def test_a_commit_in_this_process_wakes_its_followers_at_once(
+    sqlite_store: Store,
+) -> None:
+    # Polling every 30 s: only the session_committed hook can deliver in time.
+    async with sqlite_store.host() as host:
+        app = create_app(host, ServeConfig(), poll_interval=30.0)
+        async with app.router.lifespan_context(app):
+            tails = app.state.api.tails
+            session = host.sessions.create("s-here")
+            session.append(UserMessageData(text="first"))
+            await session.flush()
+            sub = tails.subscribe("s-here")
+            await asyncio.sleep(0.2)  # its reader has read the end
+            session.append(UserMessageData(text="second"))
+            await session.flush()
+            seq, raw = await asyncio.wait_for(sub.queue.get(), 5)
+            assert seq == 1
+            assert msgspec.json.decode(raw)["data"]["text"] == "second"
+            tails.unsubscribe(sub)
+
+
+async def test_a_stream_that_falls_behind_ends_with_dropped(
+    sqlite_store: Store,
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("first",))
+    async with sqlite_store.host() as host:
+        app = create_app(host, ServeConfig(), poll_interval=0.01, queue_size=2)
+        async with app.router.lifespan_context(app):
+            api = app.state.api
+            last = (await sqlite_store.load("s-one")).events
+            assert api.guard.budgets.open_stream("addr:test")
+            stream = api._committed("s-one", len(last) - 1, "addr:test")
+            first = asyncio.create_task(anext(stream))
+            await asyncio.sleep(0.2)  # subscribed, waiting
+            async with sqlite_store.host() as writer:
+                from turnkeep import AgentLoop
+                from turnkeep.testing import ScriptedModel
+
+                loop = await AgentLoop.resume(
+                    "w", "s-one", host=writer, model=ScriptedModel(["a", "b"])
+                )
+                await loop.run_turn("two")
+                await loop.run_turn("three")
+                await loop.close()
+            chunks = [await asyncio.wait_for(first, 10)]
+            # This client reads nothing more for a while: it falls behind.
+            await asyncio.sleep(0.5)
+            async for chunk in stream:
+                chunks.append(chunk)
+            assert isinstance(chunks[0], bytes)
+            assert chunks[0].startswith(b"id: %d\n" % len(last))
+            dropped = chunks[-1]
+            assert not isinstance(dropped, bytes)
+            assert dropped.event == "dropped"
+            assert "slow-client" in str(dropped.data)
+            assert api.guard.budgets.open_streams == 0
+            assert api.tails.followed == 0
