@@ -212,17 +212,12 @@ class Api:
                 position = last
                 yield chunk
             while True:
-                items = [await sub.queue.get()]
-                while not sub.queue.empty() and len(items) < _SEND_BATCH:
-                    items.append(sub.queue.get_nowait())
+                items = await sub.take(_SEND_BATCH)
+                if items is None:
+                    yield _DROPPED
+                    return
                 out = bytearray()
-                for item in items:
-                    if item is None:
-                        if out:
-                            yield bytes(out)
-                        yield _DROPPED
-                        return
-                    seq, raw = item
+                for seq, raw in items:
                     if seq <= position:
                         continue
                     if seq > position + 1:  # a gap: fill it from the log

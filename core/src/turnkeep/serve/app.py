@@ -52,7 +52,7 @@ def create_app(
     *,
     poll_interval: float = 0.1,
     heartbeat: float = 15.0,
-    queue_size: int = 256,
+    queue_size: int = 1024,
 ) -> Starlette:
     """The service over `host` (started, with a persistence backend).
 

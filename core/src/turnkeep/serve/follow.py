@@ -9,10 +9,11 @@ else changes.
 
 `Tails` keeps one reader per followed session, however many clients
 follow it: the reader fetches each committed record once (`read_after`)
-and puts it in every subscriber's bounded queue. A subscriber whose queue
-is full is dropped, not waited for: a slow client never slows the reader,
-other clients, or the writer. It ends its stream, and reconnects from the
-last seq it got (SSE's `Last-Event-ID`).
+and offers it to every subscriber, whose queue holds `queue_size` records
+at most. A subscriber whose queue would overflow is dropped, not waited
+for: a slow client never slows the reader, other clients, or the writer.
+Its stream ends, and it reconnects from the last seq it got (SSE's
+`Last-Event-ID`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -71,14 +74,43 @@ async def wait_for_commit(
 
 @attrs.define(eq=False)
 class Subscriber:
-    """One client's place in a tail: a bounded queue of `(seq, raw)`.
+    """One client's place in a tail: at most `limit` records waiting for it.
 
-    `None` in the queue means the client was dropped for being slow.
+    The tail `offer`s batches; the client `take`s what is waiting. A batch
+    that would pass `limit` drops the subscriber instead of waiting for it.
     """
 
     session_id: str
-    queue: asyncio.Queue[tuple[int, bytes] | None]
+    limit: int
+    pending: deque[tuple[int, bytes]] = attrs.field(factory=deque[tuple[int, bytes]])
+    ready: asyncio.Event = attrs.field(factory=asyncio.Event)
     dropped: bool = False
+
+    def offer(self, batch: Sequence[tuple[int, bytes]]) -> bool:
+        """Queue `batch`; false (and nothing queued) if it would pass `limit`."""
+        if len(self.pending) + len(batch) > self.limit:
+            return False
+        self.pending.extend(batch)
+        self.ready.set()
+        return True
+
+    def drop(self) -> None:
+        """End this subscriber: what waits is discarded, `take` says `None`."""
+        self.dropped = True
+        self.pending.clear()
+        self.ready.set()
+
+    async def take(self, most: int) -> list[tuple[int, bytes]] | None:
+        """Up to `most` waiting records, once there are some; `None`: dropped."""
+        while not self.pending:
+            if self.dropped:
+                return None
+            await self.ready.wait()
+            self.ready.clear()
+        if self.dropped:
+            return None
+        count = min(most, len(self.pending))
+        return [self.pending.popleft() for _ in range(count)]
 
 
 @attrs.define(eq=False)
@@ -95,7 +127,7 @@ class Tails:
 
     backend: SessionPersistence
     interval: float = 0.1
-    queue_size: int = 256
+    queue_size: int = 1024
     _tails: dict[str, _Tail] = attrs.field(init=False, factory=dict[str, _Tail])
 
     def subscribe(self, session_id: str) -> Subscriber:
@@ -103,7 +135,7 @@ class Tails:
         tail = self._tails.get(session_id)
         if tail is None:
             tail = self._tails[session_id] = _Tail(session_id)
-        sub = Subscriber(session_id, asyncio.Queue(self.queue_size))
+        sub = Subscriber(session_id, self.queue_size)
         tail.subscribers.add(sub)
         if tail.task is None or tail.task.done():
             tail.task = asyncio.get_running_loop().create_task(
@@ -138,7 +170,7 @@ class Tails:
         tails, self._tails = list(self._tails.values()), {}
         for tail in tails:
             for sub in tail.subscribers:
-                self._drop(sub)
+                sub.drop()
             if tail.task is not None:
                 tail.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -153,7 +185,7 @@ class Tails:
             _log.exception("following %r failed; its streams end", tail.session_id)
             self._tails.pop(tail.session_id, None)
             for sub in list(tail.subscribers):
-                self._drop(sub)  # their clients reconnect, to a new reader
+                sub.drop()  # their clients reconnect, to a new reader
 
     async def _follow(self, tail: _Tail) -> None:
         position: int | None = None
@@ -178,11 +210,13 @@ class Tails:
                     )
                     if not raws:
                         break
-                    for raw in raws:
-                        position += 1
-                        self._fan_out(tail, position, raw)
-                        # Let the clients take it: a flush bigger than a
-                        # queue must not drop clients that keep up.
+                    batch = [(position + 1 + i, raw) for i, raw in enumerate(raws)]
+                    position += len(raws)
+                    # In pieces a queue can hold, letting the clients take
+                    # each: a flush bigger than a queue must not drop
+                    # clients that keep up.
+                    for start in range(0, len(batch), self.queue_size):
+                        self._fan_out(tail, batch[start : start + self.queue_size])
                         await asyncio.sleep(0)
                 notice = None
             except TurnkeepError as exc:
@@ -193,17 +227,8 @@ class Tails:
                     _log.warning("following %r: %s", tail.session_id, exc)
                 await asyncio.sleep(self.interval)
 
-    def _fan_out(self, tail: _Tail, seq: int, raw: bytes) -> None:
+    def _fan_out(self, tail: _Tail, batch: Sequence[tuple[int, bytes]]) -> None:
         for sub in list(tail.subscribers):
-            try:
-                sub.queue.put_nowait((seq, raw))
-            except asyncio.QueueFull:
+            if not sub.offer(batch):
                 tail.subscribers.discard(sub)
-                self._drop(sub)
-
-    @staticmethod
-    def _drop(sub: Subscriber) -> None:
-        sub.dropped = True
-        while not sub.queue.empty():
-            sub.queue.get_nowait()
-        sub.queue.put_nowait(None)
+                sub.drop()
