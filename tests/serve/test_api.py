@@ -224,3 +224,29 @@ async def test_storage_failure_is_503_and_a_bug_500_without_traceback(
         reply = await client.get("/sessions/s-one")
         assert reply.status_code == 503
         assert reply.json()["code"] == "storage"
+
+
+async def test_pages_escape_stored_text_and_load_nothing_from_elsewhere(
+    sqlite_store: Store, served: Served
+) -> None:
+    await converse(sqlite_store, "s-x", prompts=('<script>alert("x")</script>',))
+    async with served(sqlite_store) as client:
+        for path in ("/", "/view/s-x"):
+            page = await client.get(path)
+            assert page.status_code == 200
+            assert '<script>alert("x")' not in page.text
+            assert "&lt;script&gt;alert(&quot;x&quot;)" in page.text
+            policy = page.headers["content-security-policy"]
+            assert "default-src 'self'" in policy
+            assert "script-src 'self'" in policy
+            assert "http://" not in page.text.replace("http://127.0.0.1", "")
+            assert "https://" not in page.text
+        script = await client.get("/static/page.js")
+        assert script.status_code == 200
+        assert script.headers["content-type"].startswith("text/javascript")
+        assert "textContent" in script.text
+        assert "innerHTML" not in script.text
+        assert (await client.get("/static/page.css")).status_code == 200
+        missing = await client.get("/static/other.js")
+        assert missing.status_code == 404
+        assert missing.json()["code"] == "not-found"
