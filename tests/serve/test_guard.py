@@ -67,9 +67,12 @@ async def test_without_a_token_writes_are_refused(
     sqlite_store: Store, served: Served
 ) -> None:
     async with served(sqlite_store) as client:
-        reply = await client.post("/recover")
-        assert reply.status_code == 403
-        assert reply.json()["code"] == "writes-disabled"
+        for headers in ({}, AUTH):
+            reply = await client.post("/recover", headers=headers)
+            assert reply.status_code == 403
+            assert reply.json()["code"] == "writes-disabled"
+        # Reads are open; a client that sends a token anyway is served.
+        assert (await client.get("/sessions", headers=AUTH)).status_code == 200
 
 
 @pytest.mark.asyncio

@@ -153,6 +153,8 @@ class Guard:
         return hmac.compare_digest(presented.encode(), self.token.encode())
 
     def _authenticated(self, request: Request, *, write: bool) -> bool:
+        if self.token is None:
+            return False  # nothing to check against: reads open, writes refused
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, value = header.partition(" ")
