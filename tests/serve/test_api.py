@@ -21,10 +21,9 @@ pytestmark = pytest.mark.asyncio
 async def test_lists_sessions_with_status_usage_and_pages(
     store: Store, served: Served
 ) -> None:
-    sqlite_store = store  # every embedded backend
-    await converse(sqlite_store, "s-one")
-    await converse(sqlite_store, "s-two", prompts=("only one",))
-    async with served(sqlite_store) as client:
+    await converse(store, "s-one")
+    await converse(store, "s-two", prompts=("only one",))
+    async with served(store) as client:
         reply = await client.get("/sessions")
         assert reply.status_code == 200
         body = reply.json()
@@ -145,10 +144,9 @@ async def test_unknown_ids_are_404_and_bad_ids_400(
 async def test_events_are_the_committed_records_after_a_seq(
     store: Store, served: Served
 ) -> None:
-    sqlite_store = store  # every embedded backend
-    await converse(sqlite_store, "s-one")
-    stored = (await sqlite_store.load("s-one")).events
-    async with served(sqlite_store) as client:
+    await converse(store, "s-one")
+    stored = (await store.load("s-one")).events
+    async with served(store) as client:
         page = (
             await client.get("/sessions/s-one/events", params={"after": 2, "limit": 4})
         ).json()

@@ -88,15 +88,14 @@ async def take(
 
 
 async def test_followers_see_every_commit_once_in_order(store: Store) -> None:
-    sqlite_store = store  # every embedded backend
-    await converse(sqlite_store, "s-one", prompts=("first",))
-    before = len((await sqlite_store.load("s-one")).events)
-    async with running(sqlite_store) as base:
+    await converse(store, "s-one", prompts=("first",))
+    before = len((await store.load("s-one")).events)
+    async with running(store) as base:
         url = f"{base}/sessions/s-one/stream?after=-1"
         followers = [asyncio.create_task(take(url, before + 5)) for _ in range(3)]
         await asyncio.sleep(0.3)
         # Another host appends turns (as another process would).
-        async with sqlite_store.host() as host:
+        async with store.host() as host:
             from turnkeep import AgentLoop
             from turnkeep.testing import ScriptedModel
 
@@ -106,7 +105,7 @@ async def test_followers_see_every_commit_once_in_order(store: Store) -> None:
             for prompt in ("two", "three"):
                 await loop.run_turn(prompt)
             await loop.close()
-        total = len((await sqlite_store.load("s-one")).events)
+        total = len((await store.load("s-one")).events)
         assert total >= before + 5
         for seqs in await asyncio.wait_for(asyncio.gather(*followers), 30):
             assert seqs == list(range(before + 5))
