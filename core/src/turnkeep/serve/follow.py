@@ -1,11 +1,11 @@
 """Following sessions from another process: the next commit, and the tails.
 
 `wait_for_commit` is the one way the service learns that a session's log
-moved: it polls the backend's cheap last-durable-seq probe at a short
-interval (or wakes early when this process's own `session_committed` hook
-says so). When the seam offers a cross-process follow (file notification,
-`data_version`, `LISTEN/NOTIFY`), this function switches to it and nothing
-else changes.
+moved: the backend's own `wait_for_commit` where it has one (a stat on
+JSONL, `data_version` on SQLite, `LISTEN/NOTIFY` on PostgreSQL: see
+`turnkeep.follow`), else its cheap last-durable-seq probe at a short
+interval; either wakes early when this process's own `session_committed`
+hook says so.
 
 `Tails` keeps one reader per followed session, however many clients
 follow it: the reader fetches each committed record once (`read_after`)
@@ -27,6 +27,7 @@ from typing import Final
 
 import attrs
 
+from turnkeep import follow
 from turnkeep.errors import TurnkeepError
 from turnkeep.persistence import SessionPersistence, last_durable_seq, read_after
 
@@ -56,6 +57,8 @@ async def wait_for_commit(
     Raises:
         SessionNotFoundError: nothing is stored under this id.
     """
+    if follow.has_commit_waiter(backend):
+        return await _wait_natively(backend, session_id, after, within, wake)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
@@ -70,6 +73,36 @@ async def wait_for_commit(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), pause)
         wake.clear()
+
+
+async def _wait_natively(
+    backend: SessionPersistence,
+    session_id: str,
+    after: int,
+    within: float,
+    wake: asyncio.Event | None,
+) -> int:
+    last = await last_durable_seq(backend, session_id)
+    if last != after or within <= 0:
+        return last  # moved already, or deleted and stored again (smaller)
+    waiting = asyncio.ensure_future(
+        follow.wait_for_commit(backend, session_id, after, within)
+    )
+    if wake is None:
+        return await waiting
+    woken = asyncio.ensure_future(wake.wait())
+    try:
+        await asyncio.wait({waiting, woken}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+    wake.clear()
+    if waiting.done() and not waiting.cancelled():
+        return waiting.result()  # raises what the backend's wait raised
+    return await last_durable_seq(backend, session_id)
 
 
 @attrs.define(eq=False)
