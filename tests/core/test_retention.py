@@ -19,6 +19,7 @@ from turnkeep import Host, hookimpl
 from turnkeep.config import Config, RetentionPolicy, load_config, parse_duration
 from turnkeep.errors import ConfigurationError, SessionHeldError
 from turnkeep.events import TurnEndData, TurnStartData, UserMessageData
+from turnkeep.listfilter import ListFilter
 from turnkeep.maintenance import PruneReport, prune, run_retention
 from turnkeep.meta import SessionStatus
 from turnkeep.persistence import LoadedSession, SessionPage
@@ -148,8 +149,14 @@ class Spy(MemoryPersistence):
         self.loads = 0
         self.refuse: set[str] = set()
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        page = await super().list(limit=limit, cursor=cursor)
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        page = await super().list(limit=limit, cursor=cursor, where=where)
         self.pages.append(len(page.items))
         return page
 
