@@ -21,7 +21,7 @@ from turnkeep.errors import ConfigurationError, SessionHeldError
 from turnkeep.events import TurnEndData, TurnStartData, UserMessageData
 from turnkeep.maintenance import PruneReport, prune, run_retention
 from turnkeep.meta import SessionStatus
-from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.persistence import ListFilter, LoadedSession, SessionPage
 from turnkeep.retention import find_prunable
 from turnkeep.testing import MemoryPersistence
 
@@ -148,8 +148,14 @@ class Spy(MemoryPersistence):
         self.loads = 0
         self.refuse: set[str] = set()
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        page = await super().list(limit=limit, cursor=cursor)
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        page = await super().list(limit=limit, cursor=cursor, where=where)
         self.pages.append(len(page.items))
         return page
 
