@@ -22,7 +22,7 @@ from turnkeep.events import TurnEndData, TurnStartData, UserMessageData
 from turnkeep.listfilter import ListFilter
 from turnkeep.maintenance import PruneReport, prune, run_retention
 from turnkeep.meta import SessionStatus
-from turnkeep.persistence import LoadedSession, SessionPage
+from turnkeep.persistence import ListFilter, LoadedSession, SessionPage
 from turnkeep.retention import find_prunable
 from turnkeep.testing import MemoryPersistence
 

@@ -9,7 +9,10 @@ last control line (`last_seq`, a read at the end of the file), so waiting
 costs the same whatever the log's size. Polling, not inotify: it needs
 nothing beyond the standard library, works on every file system the
 store works on (network ones included), and a commit is seen within
-`POLL_SECONDS`.
+`POLL_SECONDS`. Like `load` and `load_after`, it reads what the writer
+wrote: a flush whose commit line is written but whose sync has not yet
+returned is seen (it survives the writer's process dying, not a power
+loss before the sync completes).
 """
 
 from __future__ import annotations
