@@ -19,7 +19,6 @@ from turnkeep import Host, hookimpl
 from turnkeep.config import Config, RetentionPolicy, load_config, parse_duration
 from turnkeep.errors import ConfigurationError, SessionHeldError
 from turnkeep.events import TurnEndData, TurnStartData, UserMessageData
-from turnkeep.listfilter import ListFilter
 from turnkeep.maintenance import PruneReport, prune, run_retention
 from turnkeep.meta import SessionStatus
 from turnkeep.persistence import ListFilter, LoadedSession, SessionPage
