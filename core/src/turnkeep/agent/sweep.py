@@ -32,7 +32,8 @@ from turnkeep.errors import (
     TurnkeepError,
 )
 from turnkeep.host import Host
-from turnkeep.listing import active_holds
+from turnkeep.listfilter import ListFilter
+from turnkeep.listing import active_holds, list_where
 
 __all__ = ["SWEEP_AGENT_ID", "SweepAction", "SweepResult", "recover_interrupted"]
 
@@ -44,6 +45,7 @@ SweepAction: TypeAlias = Literal["recovered", "clean", "held", "failed"]
 cleanly (only read); left it alone because its owner is alive; could not."""
 
 _HELD: Final = "a live owner holds it (its turn is still running)"
+_RUNNING: Final = ListFilter(statuses=("active",))
 
 
 @attrs.frozen
@@ -149,10 +151,12 @@ async def _running_turns(host: Host, page_size: int) -> AsyncIterator[tuple[str,
     backend = host.require_persistence()
     cursor: str | None = None
     while True:
-        page = await backend.list(limit=page_size, cursor=cursor)
+        # Only stored `active` sessions: in the backend's index, not a
+        # walk through every session of the store.
+        page = await list_where(backend, limit=page_size, cursor=cursor, where=_RUNNING)
         holds = await active_holds(backend, page.items) or {}
         for meta in page.items:
-            if meta.summary.status == "active":
+            if meta.summary.status == "active":  # changed since it was paged
                 yield meta.id, holds.get(meta.id, False)
         if page.next_cursor is None:
             return
