@@ -1,0 +1,449 @@
+"""LangGraph threads as turnkeep sessions: holding, appending, reading, erasing.
+
+`ThreadStore` runs on the host's loop (see `turnkeep_langgraph.runner`). A
+thread is the session `lg-<thread_id>` (`lg-#<sha256>` for an id that is
+too long or starts with `#`). Writing a thread takes the session's writer
+role and keeps it (at most `max_held` threads, least recently used let go
+first); each `put` or `put_writes` is one flush, so it is durable and
+atomic when it returns. Reading a thread this process does not hold loads
+it without taking the role, so another process may be writing it.
+
+Whole-thread deletes use turnkeep's delete, which erases. Dropping some
+checkpoints (`prune`, `delete_for_runs`) writes a new generation: the kept
+checkpoints with their values and writes go into the session `lg~<key>`
+in one flush, the old session is deleted, the kept log is stored again
+under `lg-<key>` in one flush, and `lg~<key>` is deleted. A crash leaves
+either the old thread (the rewrite did not happen) or the kept copy under
+`lg~<key>`, which the next use of the thread restores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import attrs
+
+from turnkeep.errors import FlushError, SessionNotFoundError
+from turnkeep.events import SessionEvent
+from turnkeep.host import Host
+from turnkeep.ids import MAX_SESSION_ID_BYTES
+from turnkeep.persistence import delete_session
+from turnkeep.session import Session
+
+from .events import (
+    BlobData,
+    BlobEvent,
+    CheckpointData,
+    CheckpointEvent,
+    ThreadData,
+    ThreadEvent,
+    Version,
+    WriteData,
+    WritesData,
+    WritesEvent,
+)
+from .state import ThreadLog, effective_writes
+
+__all__ = ["PREFIX", "RawTuple", "ThreadStore", "session_id"]
+
+PREFIX = "lg-"
+"""Session ids of LangGraph threads start with this."""
+_TEMP = "lg~"
+
+Typed = tuple[str, bytes]
+"""A serde's (type tag, bytes) pair."""
+
+
+def _key(thread_id: str) -> str:
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    fits = len(raw) + len(PREFIX) <= MAX_SESSION_ID_BYTES
+    plain = fits and not thread_id.startswith("#") and "\x00" not in thread_id
+    if plain:
+        try:
+            thread_id.encode("utf-8")
+        except UnicodeEncodeError:
+            plain = False
+    return thread_id if plain else "#" + hashlib.sha256(raw).hexdigest()
+
+
+def session_id(thread_id: str) -> str:
+    """The session that stores `thread_id`."""
+    return PREFIX + _key(thread_id)
+
+
+def _temp_id(thread_id: str) -> str:
+    return _TEMP + _key(thread_id)
+
+
+@attrs.frozen
+class RawTuple:
+    """One checkpoint as stored, not yet deserialized.
+
+    Attributes:
+        thread_id: its thread.
+        checkpoint: the checkpoint's payload.
+        values: channel -> the serde's pair of its value.
+        pending: the writes pending on it, in LangGraph's order:
+            (task id, channel, type tag, bytes).
+    """
+
+    thread_id: str
+    checkpoint: CheckpointData
+    values: dict[str, Typed]
+    pending: list[tuple[str, str, str, bytes]]
+
+
+def _raw(log: ThreadLog, data: CheckpointData) -> RawTuple:
+    values: dict[str, Typed] = {}
+    for channel, seq in data.refs.items():
+        blob = log.blob_at(seq).data
+        values[channel] = (blob.type, blob.value)
+    pending = [
+        (writes.task_id, w.channel, w.type, w.value)
+        for writes, w in log.pending(data.ns, data.id)
+    ]
+    return RawTuple(log.thread_id, data, values, pending)
+
+
+@attrs.define(eq=False)
+class ThreadStore:
+    """The LangGraph threads of one host (used on the host's loop only)."""
+
+    host: Host
+    max_held: int = 64
+    _held: OrderedDict[str, tuple[Session, ThreadLog]] = attrs.field(
+        init=False, factory=OrderedDict[str, tuple[Session, ThreadLog]]
+    )
+    _locks: dict[str, asyncio.Lock] = attrs.field(
+        init=False, factory=dict[str, asyncio.Lock]
+    )
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_id(thread_id), asyncio.Lock())
+
+    # -- reading -------------------------------------------------------------
+
+    async def get(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> RawTuple | None:
+        """The checkpoint `checkpoint_id` (newest if `None`) of a thread's `ns`."""
+        async with self._lock(thread_id):
+            log = await self._read(thread_id)
+            if log is None:
+                return None
+            data = log.checkpoint(ns, checkpoint_id)
+            return None if data is None else _raw(log, data)
+
+    async def checkpoints(self, thread_id: str, ns: str | None) -> list[RawTuple]:
+        """Every checkpoint of a thread (of `ns`, or all namespaces), newest first."""
+        async with self._lock(thread_id):
+            log = await self._read(thread_id)
+            if log is None:
+                return []
+            return [_raw(log, data) for data in log.newest_first(ns)]
+
+    async def thread_ids(self) -> list[str]:
+        """The ids of every LangGraph thread in the store."""
+        backend = self.host.require_persistence()
+        bases: set[str] = set()
+        temps: set[str] = set()
+        cursor: str | None = None
+        while True:
+            page = await backend.list(limit=500, cursor=cursor)
+            for meta in page.items:
+                sid = meta.header.id
+                if sid.startswith(PREFIX):
+                    bases.add(sid)
+                elif sid.startswith(_TEMP):
+                    temps.add(sid)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        bases.update(self._held)
+        found: list[str] = []
+        for sid in sorted(bases | {PREFIX + t[len(_TEMP) :] for t in temps}):
+            log = await self._load(sid) or await self._load(_TEMP + sid[len(PREFIX) :])
+            if log is not None:
+                found.append(log.thread_id)
+        return found
+
+    async def _read(self, thread_id: str) -> ThreadLog | None:
+        sid = session_id(thread_id)
+        held = self._held.get(sid)
+        if held is not None:
+            self._held.move_to_end(sid)
+            return held[1]
+        return await self._load(sid) or await self._load(_temp_id(thread_id))
+
+    async def _load(self, sid: str) -> ThreadLog | None:
+        held = self._held.get(sid)
+        if held is not None:
+            return held[1]
+        backend = self.host.require_persistence()
+        try:
+            loaded = await backend.load(sid)
+        except SessionNotFoundError:
+            return None
+        events = self.host.codec.decode_log(loaded.events, session_id=sid)
+        return ThreadLog.of(sid, events) if events else None
+
+    # -- writing -------------------------------------------------------------
+
+    async def put(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint: CheckpointData,
+        versions: Mapping[str, Version],
+        new: Collection[str],
+        serialize: Callable[[str], Typed | None],
+    ) -> None:
+        """Store a checkpoint: the values of new versions, then the checkpoint.
+
+        A channel whose version is not new and whose value at that version
+        is stored is referenced, not written again. `serialize(channel)`
+        gives a channel's value (`None`: the channel has none). One flush.
+        """
+        async with self._lock(thread_id):
+            session, log = await self._hold(thread_id)
+            refs: dict[str, int] = {}
+            for channel, version in versions.items():
+                known = log.blobs.get((ns, channel, version))
+                if known is not None and channel not in new:
+                    refs[channel] = known
+                    continue
+                typed = serialize(channel)
+                if typed is None:
+                    continue
+                blob = BlobData(
+                    ns=ns,
+                    channel=channel,
+                    version=version,
+                    type=typed[0],
+                    value=typed[1],
+                )
+                refs[channel] = session.append(blob).seq
+            session.append(_with_refs(checkpoint, refs))
+            await self._commit(thread_id, session, log)
+
+    async def put_writes(self, thread_id: str, writes: WritesData) -> None:
+        """Store a task's writes (those not already stored); one flush."""
+        async with self._lock(thread_id):
+            session, log = await self._hold(thread_id)
+            kept = effective_writes(
+                log, writes.ns, writes.checkpoint_id, writes.task_id, writes.writes
+            )
+            if not kept:
+                return
+            session.append(_with_writes(writes, kept))
+            await self._commit(thread_id, session, log)
+
+    async def _commit(self, thread_id: str, session: Session, log: ThreadLog) -> None:
+        log.catch_up()
+        try:
+            await session.flush()
+        except FlushError:
+            # What this flush held is indexed but not stored: forget both,
+            # and load the thread afresh on its next use.
+            await self._let_go(session_id(thread_id), store=False)
+            raise
+
+    async def _hold(self, thread_id: str) -> tuple[Session, ThreadLog]:
+        sid = session_id(thread_id)
+        held = self._held.get(sid)
+        if held is not None:
+            self._held.move_to_end(sid)
+            return held
+        await self._restore(thread_id)
+        session = await self.host.sessions.open(sid)
+        try:
+            if not session.events:
+                session.append(ThreadData(thread_id=thread_id))
+            log = ThreadLog.of(sid, session.events)
+        except BaseException:
+            await self.host.sessions.abandon(sid, reason="not a LangGraph thread")
+            raise
+        self._held[sid] = (session, log)
+        await self._evict()
+        return session, log
+
+    async def _evict(self) -> None:
+        while len(self._held) > self.max_held:
+            victim = next((s for s in self._held if not self._locks[s].locked()), None)
+            if victim is None:
+                return
+            await self._let_go(victim)
+
+    async def _let_go(self, sid: str, *, store: bool = True) -> None:
+        entry = self._held.pop(sid, None)
+        if entry is None:
+            return
+        if store:
+            try:
+                await self.host.sessions.close(sid)
+                return
+            except FlushError:
+                pass
+        await self.host.sessions.abandon(sid, reason="let go by the LangGraph saver")
+
+    async def aclose(self) -> None:
+        """Let every held thread go (flushed and released)."""
+        for sid in list(self._held):
+            await self._let_go(sid)
+
+    # -- erasing, rewriting, copying ------------------------------------------
+
+    async def delete(self, thread_id: str) -> None:
+        """Erase a thread: its session and any half-made generation."""
+        async with self._lock(thread_id):
+            await self._erase(session_id(thread_id))
+            await self._erase(_temp_id(thread_id))
+
+    async def _erase(self, sid: str) -> None:
+        await self._let_go(sid)
+        with contextlib.suppress(SessionNotFoundError):
+            await delete_session(self.host.require_persistence(), sid)
+
+    async def rewrite(
+        self, thread_id: str, keep: Callable[[CheckpointData], bool]
+    ) -> None:
+        """Keep only the checkpoints `keep` accepts (with their values and writes).
+
+        Nothing kept erases the thread; everything kept changes nothing.
+        Otherwise a new generation replaces the log (see the module).
+        """
+        async with self._lock(thread_id):
+            log = await self._read(thread_id)
+            if log is None:
+                return
+            every = log.newest_first(None)
+            kept = {(c.ns, c.id) for c in every if keep(c)}
+            if len(kept) == len(every):
+                return
+            if not kept:
+                await self._erase(session_id(thread_id))
+                await self._erase(_temp_id(thread_id))
+                return
+            fresh = _generation(log, kept)
+            temp = _temp_id(thread_id)
+            await self._erase(temp)
+            await self._store(temp, fresh)
+            await self._erase(session_id(thread_id))
+            await self._store(session_id(thread_id), fresh)
+            await self._erase(temp)
+
+    async def _restore(self, thread_id: str) -> None:
+        """Finish a rewrite a crash interrupted (the base deleted, the copy kept)."""
+        backend = self.host.require_persistence()
+        sid, temp = session_id(thread_id), _temp_id(thread_id)
+        if await backend.has(sid) or not await backend.has(temp):
+            return
+        log = await self._load(temp)
+        if log is not None:
+            await self._store(sid, list(log.events))
+        await self._erase(temp)
+
+    async def _store(self, sid: str, events: Sequence[SessionEvent]) -> None:
+        session = self.host.sessions.create(sid, seed=events)
+        try:
+            await session.flush()
+        finally:
+            await self.host.sessions.close(sid)
+
+    async def copy(self, source: str, target: str) -> None:
+        """Append every checkpoint and write of `source` to `target` (one flush)."""
+        async with self._lock(source):
+            log = await self._read(source)
+            if log is None:
+                return
+            events = list(log.thread_events())
+        async with self._lock(target):
+            session, target_log = await self._hold(target)
+            offset = session.next_seq - 1
+            for event in events:
+                session.append(_shifted(event.data, offset))
+            await self._commit(target, session, target_log)
+
+
+def _with_refs(data: CheckpointData, refs: dict[str, int]) -> CheckpointData:
+    return CheckpointData(
+        ns=data.ns,
+        id=data.id,
+        parent_id=data.parent_id,
+        type=data.type,
+        checkpoint=data.checkpoint,
+        metadata_type=data.metadata_type,
+        metadata=data.metadata,
+        refs=refs,
+    )
+
+
+def _with_writes(data: WritesData, writes: list[WriteData]) -> WritesData:
+    return WritesData(
+        ns=data.ns,
+        checkpoint_id=data.checkpoint_id,
+        task_id=data.task_id,
+        task_path=data.task_path,
+        writes=writes,
+    )
+
+
+def _shifted(data: object, offset: int) -> object:
+    """A payload copied `offset` positions later in another log."""
+    if isinstance(data, CheckpointData):
+        refs = {c: seq + offset for c, seq in data.refs.items()}
+        return _with_refs(data, refs)
+    return data
+
+
+def _key_of(data: CheckpointData) -> tuple[str, str]:
+    return (data.ns, data.id)
+
+
+def _generation(log: ThreadLog, kept: set[tuple[str, str]]) -> list[SessionEvent]:
+    """The log of a thread with only the checkpoints in `kept`, renumbered."""
+    first = log.events[0]
+    assert isinstance(first, ThreadEvent)  # noqa: S101 - ThreadLog.of checked it
+    out: list[SessionEvent] = [first]
+    moved: dict[int, int] = {}
+    needed = {
+        seq
+        for data in log.newest_first(None)
+        if (data.ns, data.id) in kept
+        for seq in data.refs.values()
+    }
+    for event in log.thread_events():
+        if isinstance(event, BlobEvent) and event.seq in needed:
+            moved[event.seq] = len(out)
+            out.append(BlobEvent(seq=len(out), time=event.time, data=event.data))
+        elif isinstance(event, CheckpointEvent) and _key_of(event.data) in kept:
+            if log.checkpoints[event.data.ns].get(event.data.id) != event.seq:
+                continue  # stored again later: the later one counts
+            refs = {c: moved[seq] for c, seq in event.data.refs.items()}
+            out.append(
+                CheckpointEvent(
+                    seq=len(out), time=event.time, data=_with_refs(event.data, refs)
+                )
+            )
+        elif (
+            isinstance(event, WritesEvent)
+            and (event.data.ns, event.data.checkpoint_id) in kept
+        ):
+            data = event.data
+            table = log.writes.get((data.ns, data.checkpoint_id), {})
+            live = [
+                w
+                for position, w in enumerate(data.writes)
+                if table.get((data.task_id, w.idx)) == (event.seq, position)
+            ]
+            if live:
+                out.append(
+                    WritesEvent(
+                        seq=len(out), time=event.time, data=_with_writes(data, live)
+                    )
+                )
+    return out
