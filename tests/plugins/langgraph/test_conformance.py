@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from langgraph.checkpoint.conformance import checkpointer_test, validate
-from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+
+# The suite ships no type information (no py.typed).
+from langgraph.checkpoint.conformance import (  # pyright: ignore[reportMissingTypeStubs]
+    checkpointer_test,
+    validate,
+)
+from langgraph.checkpoint.conformance.capabilities import (  # pyright: ignore[reportMissingTypeStubs]
+    ALL_CAPABILITIES,
+)
 
 from turnkeep_langgraph import TurnkeepSaver
 
