@@ -1,0 +1,101 @@
+"""A real LangGraph graph on `TurnkeepSaver`: run to completion, killed and resumed.
+
+The graph (`graph_worker.py`) chains five nodes. It runs to completion on
+every backend, sync and async, with its history readable; and on every
+durable backend a worker process running it is killed (SIGKILL) inside the
+third node, and a new process resumes the thread from its last checkpoint:
+the nodes that had finished do not run again, and the state is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from turnkeep_langgraph import TurnkeepSaver
+
+from .conftest import spec_for
+from .graph_worker import NODES, build, config
+
+WORKER = Path(__file__).with_name("graph_worker.py")
+ROOT = Path(__file__).resolve().parents[3]
+LEASE_MS = 1000
+
+
+def test_a_graph_runs_to_completion(store: str, tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+    with TurnkeepSaver(store=store) as saver:
+        graph = build(saver, effects)
+        final = graph.invoke({"steps": [], "count": 0}, config("sync"))
+        assert final == {"steps": list(NODES), "count": 5}
+
+        async def run_async() -> dict[str, object]:
+            return await graph.ainvoke({"steps": [], "count": 0}, config("async"))
+
+        assert asyncio.run(run_async()) == {"steps": list(NODES), "count": 5}
+        for thread_id in ("sync", "async"):
+            state = graph.get_state(config(thread_id))
+            assert state.values == {"steps": list(NODES), "count": 5}
+            assert state.next == ()
+            # input, then one checkpoint per node: 7 in all (step -1 .. 5)
+            history = list(graph.get_state_history(config(thread_id)))
+            assert [(h.metadata or {}).get("step") for h in history] == list(
+                range(5, -2, -1)
+            )
+        # A second invocation on the thread continues from its state.
+        again = graph.invoke({"steps": ["more"], "count": 0}, config("sync"))
+        assert again["steps"] == [*NODES, "more", *NODES]
+    assert effects.read_text().split() == list(NODES) * 3
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend", ["jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_killed_run_resumes_from_its_last_checkpoint(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PostgreSQL frees a dead worker's sessions when its lease runs out:
+    # a short lease keeps the test short (JSONL and SQLite see the death).
+    monkeypatch.setenv("TURNKEEP_POSTGRES__LEASE_MS", str(LEASE_MS))
+    for store in spec_for(backend, tmp_path):
+        effects = tmp_path / "effects"
+        stopped = effects.with_suffix(".stopped")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        worker = subprocess.Popen(
+            [sys.executable, str(WORKER), store, "killed", str(effects), "c"], env=env
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not stopped.exists():
+                assert worker.poll() is None, "the worker ended before node c"
+                assert time.monotonic() < deadline, "the worker never reached node c"
+                time.sleep(0.05)
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=30)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        assert worker.returncode == -signal.SIGKILL
+        assert effects.read_text().split() == ["a", "b", "c"]
+        if backend == "postgres":
+            time.sleep(LEASE_MS / 1000 + 0.5)
+
+        with TurnkeepSaver(store=store) as saver:
+            graph = build(saver, effects)
+            state = graph.get_state(config("killed"))
+            assert state.values == {"steps": ["a", "b"], "count": 2}
+            assert state.next == ("c",)
+            final = graph.invoke(None, config("killed"))
+        assert final == {"steps": list(NODES), "count": 5}
+        # a and b ran once; c ran again (it was cut short), then d and e.
+        assert effects.read_text().split() == ["a", "b", "c", "c", "d", "e"]
