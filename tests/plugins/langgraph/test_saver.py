@@ -156,6 +156,104 @@ def test_disk_grows_with_what_changed(tmp_path: Path) -> None:
     assert size < 600_000, size  # 50 full copies would be over 6.6 MB (base64)
 
 
+def _list_blobs(saver: TurnkeepSaver, thread_id: str, channel: str) -> list[Any]:
+    return [
+        e.data
+        for e in stored_events(saver, thread_id)
+        if isinstance(e, BlobEvent) and e.data.channel == channel
+    ]
+
+
+def test_a_growing_list_stores_each_item_once(store: str) -> None:
+    with TurnkeepSaver(store=store) as saver:
+        configs: list[RunnableConfig] = []
+        parent = None
+        for n in range(1, 21):
+            messages = [f"message {i}" for i in range(n)]
+            parent = put(saver, "t", {"m": messages}, {"m": n}, {"m": n}, parent)
+            configs.append(parent)
+
+        blobs = _list_blobs(saver, "t", "m")
+        assert sum(len(b.items) for b in blobs) == 20
+        assert blobs[0].base is None
+        assert all(b.base is not None for b in blobs[1:])
+        for n, config in enumerate(configs, start=1):
+            tup = saver.get_tuple(config)
+            assert tup is not None
+            assert tup.checkpoint["channel_values"]["m"] == [
+                f"message {i}" for i in range(n)
+            ]
+
+
+def test_a_list_that_does_not_extend_its_parents_is_stored_whole() -> None:
+    with TurnkeepSaver(store="memory") as saver:
+        first = put(saver, "t", {"m": ["a", "b"]}, {"m": 1}, {"m": 1})
+        second = put(saver, "t", {"m": ["a", "x", "c"]}, {"m": 2}, {"m": 2}, first)
+        third = put(saver, "t", {"m": ["a"]}, {"m": 3}, {"m": 3}, second)
+        blobs = _list_blobs(saver, "t", "m")
+        assert [(len(b.items), b.base) for b in blobs] == [
+            (2, None),
+            (3, None),
+            (1, None),
+        ]
+        got = [saver.get_tuple(c) for c in (first, second, third)]
+        assert [t.checkpoint["channel_values"]["m"] for t in got if t] == [
+            ["a", "b"],
+            ["a", "x", "c"],
+            ["a"],
+        ]
+
+
+def test_branches_from_one_checkpoint_extend_its_list() -> None:
+    """Time travel: two runs from the same checkpoint each extend its list."""
+    with TurnkeepSaver(store="memory") as saver:
+        root = put(saver, "t", {"m": ["a"]}, {"m": "1.1"}, {"m": "1.1"})
+        left = put(saver, "t", {"m": ["a", "left"]}, {"m": "2.1"}, {"m": "2.1"}, root)
+        right = put(saver, "t", {"m": ["a", "right"]}, {"m": "2.2"}, {"m": "2.2"}, root)
+        after = put(
+            saver, "t", {"m": ["a", "left", "more"]}, {"m": "3.1"}, {"m": "3.1"}, left
+        )
+        blobs = _list_blobs(saver, "t", "m")
+        assert [len(b.items) for b in blobs] == [1, 1, 1, 1]
+        values = {
+            cid(c): saver.get_tuple(c).checkpoint["channel_values"]["m"]  # type: ignore[union-attr]
+            for c in (root, left, right, after)
+        }
+        assert list(values.values()) == [
+            ["a"],
+            ["a", "left"],
+            ["a", "right"],
+            ["a", "left", "more"],
+        ]
+
+
+def test_prune_keeps_a_grown_list_whole() -> None:
+    with TurnkeepSaver(store="memory") as saver:
+        parent = None
+        for n in range(1, 6):
+            parent = put(saver, "t", {"m": list(range(n))}, {"m": n}, {"m": n}, parent)
+        saver.prune(["t"])
+        blobs = _list_blobs(saver, "t", "m")
+        assert [(len(b.items), b.base) for b in blobs] == [(5, None)]
+        tup = saver.get_tuple(generate_config("t"))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"]["m"] == [0, 1, 2, 3, 4]
+
+
+def test_disk_grows_with_new_messages_not_with_history(tmp_path: Path) -> None:
+    """100 steps each adding a 2 kB message store each message once."""
+    path = tmp_path / "threads.db"
+    with TurnkeepSaver(store=f"sqlite:{path}") as saver:
+        parent = None
+        messages: list[str] = []
+        for n in range(1, 101):
+            messages = [*messages, f"{n:04d}" + "m" * 2000]
+            parent = put(saver, "t", {"m": messages}, {"m": n}, {"m": n}, parent)
+    size = sum(p.stat().st_size for p in tmp_path.iterdir() if p.is_file())
+    # The whole history at every step would be over 13 MB (base64).
+    assert size < 1_000_000, size
+
+
 def test_a_value_not_new_but_never_stored_is_written() -> None:
     """A checkpoint whose new_versions omit a channel never stored keeps its value."""
     with TurnkeepSaver(store="memory") as saver:

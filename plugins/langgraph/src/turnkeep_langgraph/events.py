@@ -6,7 +6,10 @@ One LangGraph thread is one turnkeep session. Its log holds:
 - `langgraph/blob`: one channel value at one version, serialized by the
   saver's serde. A value is written when its version is new
   (`new_versions`), so a channel that did not change is never written
-  again: the log grows with what changed;
+  again. A list (a message history) is stored item by item, and a list
+  that grew from the one its parent checkpoint held is stored as the new
+  items only, pointing at the blob it extends: the log grows with what
+  changed;
 - `langgraph/checkpoint`: a checkpoint without its channel values (those
   are references to the blobs' positions in the log), its metadata and its
   parent;
@@ -35,6 +38,7 @@ __all__ = [
     "BlobEvent",
     "CheckpointData",
     "CheckpointEvent",
+    "Item",
     "ThreadData",
     "ThreadEvent",
     "WriteData",
@@ -57,22 +61,37 @@ class ThreadData(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     thread_id: str
 
 
-class BlobData(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Item(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """One serialized value: the serde's type tag and bytes."""
+
+    type: str
+    value: bytes
+
+
+class BlobData(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """Payload of `langgraph/blob`: one channel's value at one version.
+
+    A value is either one serialized value (`type`, `value`) or a list
+    stored item by item (`items`); a list that extends an earlier one
+    stores only its new items and names that blob in `base`.
 
     Attributes:
         ns: the checkpoint namespace (`""` for the root graph).
         channel: the channel's name.
         version: the channel's version this value belongs to.
-        type: the serde's type tag (`"empty"`: the channel had no value).
-        value: the serde's bytes.
+        type: the serde's type tag (`""` for a list).
+        value: the serde's bytes (empty for a list).
+        items: a list's items (after those of `base`, if any).
+        base: the seq of the list blob this one extends.
     """
 
     ns: str
     channel: str
     version: Version
-    type: str
-    value: bytes
+    type: str = ""
+    value: bytes = b""
+    items: list[Item] | None = None
+    base: int | None = None
 
 
 class CheckpointData(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -30,9 +30,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from turnkeep.errors import ConfigurationError
 from turnkeep.host import Host
 
-from .events import CheckpointData, WriteData, WritesData
+from .events import CheckpointData, Item, WriteData, WritesData
 from .runner import Shared, acquire, arelease, release
-from .threads import RawTuple, Typed
+from .threads import RawTuple, Value
 
 __all__ = ["TurnkeepSaver"]
 
@@ -227,12 +227,12 @@ class TurnkeepSaver(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[str, CheckpointData, dict[str, Typed]]:
+    ) -> tuple[str, CheckpointData, dict[str, Value]]:
         thread_id, ns = _thread(config), _ns(config)
         rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint["channel_values"]
         fresh = {
-            channel: self.serde.dumps_typed(values[channel])
+            channel: self._dump(values[channel])
             for channel in new_versions
             if channel in values
         }
@@ -258,20 +258,19 @@ class TurnkeepSaver(BaseCheckpointSaver[str]):
         data: CheckpointData,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-        fresh: dict[str, Typed],
+        fresh: dict[str, Value],
     ) -> None:
         values = checkpoint["channel_values"]
 
-        def serialize(channel: str) -> Typed | None:
+        def serialize(channel: str) -> Value | None:
             if channel in fresh:
                 return fresh[channel]
             if channel in values:  # not new, yet never stored in this thread
-                return self.serde.dumps_typed(values[channel])
+                return self._dump(values[channel])
             return None
 
         await self._shared.threads.put(
             thread_id,
-            data.ns,
             data,
             dict(checkpoint["channel_versions"]),
             set(new_versions),
@@ -418,6 +417,19 @@ class TurnkeepSaver(BaseCheckpointSaver[str]):
         number = 0 if current is None else int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"  # noqa: S311 - not secret
 
+    def _dump(self, value: Any) -> Value:
+        # A list is stored item by item, so one that grows is stored as
+        # its new items (see turnkeep_langgraph.events).
+        if type(value) is list:
+            items = cast("list[Any]", value)
+            return [Item(*self.serde.dumps_typed(item)) for item in items]
+        return Item(*self.serde.dumps_typed(value))
+
+    def _load(self, value: Value) -> Any:
+        if isinstance(value, Item):
+            return self.serde.loads_typed((value.type, value.value))
+        return [self.serde.loads_typed((i.type, i.value)) for i in value]
+
     def _metadata(self, data: CheckpointData) -> dict[str, Any]:
         loaded = self.serde.loads_typed((data.metadata_type, data.metadata))
         return cast("dict[str, Any]", loaded)
@@ -430,8 +442,7 @@ class TurnkeepSaver(BaseCheckpointSaver[str]):
             "Checkpoint", self.serde.loads_typed((data.type, data.checkpoint))
         )
         checkpoint["channel_values"] = {
-            channel: self.serde.loads_typed(typed)
-            for channel, typed in raw.values.items()
+            channel: self._load(value) for channel, value in raw.values.items()
         }
         parent = (
             _config(raw.thread_id, data.ns, data.parent_id)

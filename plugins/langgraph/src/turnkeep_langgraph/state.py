@@ -23,9 +23,11 @@ from turnkeep.errors import SessionExistsError
 from turnkeep.events import SessionEvent
 
 from .events import (
+    BlobData,
     BlobEvent,
     CheckpointData,
     CheckpointEvent,
+    Item,
     ThreadEvent,
     Version,
     WriteData,
@@ -67,6 +69,9 @@ class ThreadLog:
         factory=dict[tuple[str, str], dict[WriteKey, WriteRef]]
     )
     _indexed: int = attrs.field(default=1, alias="indexed")
+    _lists: dict[tuple[str, str], tuple[int, list[Item]]] = attrs.field(
+        init=False, factory=dict[tuple[str, str], tuple[int, list[Item]]]
+    )
 
     @classmethod
     def of(cls, session_id: str, events: Sequence[SessionEvent]) -> ThreadLog:
@@ -134,11 +139,41 @@ class ThreadLog:
         found.sort(key=lambda c: c.id, reverse=True)
         return found
 
-    def blob_at(self, seq: int) -> BlobEvent:
-        """The blob event at `seq`."""
+    def blob_at(self, seq: int) -> BlobData:
+        """The payload of the blob event at `seq`."""
         event = self.events[seq]
         assert isinstance(event, BlobEvent)  # noqa: S101 - refs point at blobs
-        return event
+        return event.data
+
+    def value_at(self, seq: int) -> Item | list[Item]:
+        """The value of the blob at `seq`: one item, or a list's items."""
+        blob = self.blob_at(seq)
+        if blob.items is None:
+            return Item(blob.type, blob.value)
+        return self.items_at(seq)
+
+    def items_at(self, seq: int) -> list[Item]:
+        """The whole list the list blob at `seq` holds (its bases' items first).
+
+        The last list read per channel is remembered, so a run that
+        extends a list step after step compares against it without
+        walking the chain again.
+        """
+        blob = self.blob_at(seq)
+        remembered = self._lists.get((blob.ns, blob.channel))
+        if remembered is not None and remembered[0] == seq:
+            return remembered[1]
+        chain: list[BlobData] = [blob]
+        while chain[-1].base is not None:
+            chain.append(self.blob_at(chain[-1].base))
+        items = [item for link in reversed(chain) for item in link.items or ()]
+        self._lists[(blob.ns, blob.channel)] = (seq, items)
+        return items
+
+    def remember(self, seq: int, items: list[Item]) -> None:
+        """Record that the list blob at `seq` holds `items` (just written)."""
+        blob = self.blob_at(seq)
+        self._lists[(blob.ns, blob.channel)] = (seq, items)
 
     def pending(
         self, ns: str, checkpoint_id: str

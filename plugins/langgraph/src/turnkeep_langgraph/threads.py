@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
+import msgspec
 
 from turnkeep.errors import FlushError, SessionNotFoundError
 from turnkeep.events import SessionEvent
@@ -39,6 +40,7 @@ from .events import (
     BlobEvent,
     CheckpointData,
     CheckpointEvent,
+    Item,
     ThreadData,
     ThreadEvent,
     Version,
@@ -48,14 +50,14 @@ from .events import (
 )
 from .state import ThreadLog, effective_writes
 
-__all__ = ["PREFIX", "RawTuple", "ThreadStore", "session_id"]
+__all__ = ["PREFIX", "RawTuple", "ThreadStore", "Value", "session_id"]
 
 PREFIX = "lg-"
 """Session ids of LangGraph threads start with this."""
 _TEMP = "lg~"
 
-Typed = tuple[str, bytes]
-"""A serde's (type tag, bytes) pair."""
+Value = Item | list[Item]
+"""A serialized channel value: one item, or a list's items."""
 
 
 def _key(thread_id: str) -> str:
@@ -86,22 +88,19 @@ class RawTuple:
     Attributes:
         thread_id: its thread.
         checkpoint: the checkpoint's payload.
-        values: channel -> the serde's pair of its value.
+        values: channel -> its serialized value.
         pending: the writes pending on it, in LangGraph's order:
             (task id, channel, type tag, bytes).
     """
 
     thread_id: str
     checkpoint: CheckpointData
-    values: dict[str, Typed]
+    values: dict[str, Value]
     pending: list[tuple[str, str, str, bytes]]
 
 
 def _raw(log: ThreadLog, data: CheckpointData) -> RawTuple:
-    values: dict[str, Typed] = {}
-    for channel, seq in data.refs.items():
-        blob = log.blob_at(seq).data
-        values[channel] = (blob.type, blob.value)
+    values = {channel: log.value_at(seq) for channel, seq in data.refs.items()}
     pending = [
         (writes.task_id, w.channel, w.type, w.value)
         for writes, w in log.pending(data.ns, data.id)
@@ -196,37 +195,50 @@ class ThreadStore:
     async def put(
         self,
         thread_id: str,
-        ns: str,
         checkpoint: CheckpointData,
         versions: Mapping[str, Version],
         new: Collection[str],
-        serialize: Callable[[str], Typed | None],
+        serialize: Callable[[str], Value | None],
     ) -> None:
         """Store a checkpoint: the values of new versions, then the checkpoint.
 
         A channel whose version is not new and whose value at that version
-        is stored is referenced, not written again. `serialize(channel)`
-        gives a channel's value (`None`: the channel has none). One flush.
+        is stored is referenced, not written again. A list that extends the
+        list its parent checkpoint held is stored as its new items.
+        `serialize(channel)` gives a channel's value (`None`: it has none).
+        One flush.
         """
+        ns = checkpoint.ns
         async with self._lock(thread_id):
             session, log = await self._hold(thread_id)
+            parent = (
+                log.checkpoint(ns, checkpoint.parent_id)
+                if checkpoint.parent_id is not None
+                else None
+            )
             refs: dict[str, int] = {}
             for channel, version in versions.items():
                 known = log.blobs.get((ns, channel, version))
                 if known is not None and channel not in new:
                     refs[channel] = known
                     continue
-                typed = serialize(channel)
-                if typed is None:
+                value = serialize(channel)
+                if value is None:
                     continue
-                blob = BlobData(
-                    ns=ns,
-                    channel=channel,
-                    version=version,
-                    type=typed[0],
-                    value=typed[1],
-                )
-                refs[channel] = session.append(blob).seq
+                if isinstance(value, Item):
+                    blob = BlobData(
+                        ns=ns,
+                        channel=channel,
+                        version=version,
+                        type=value.type,
+                        value=value.value,
+                    )
+                else:
+                    base = parent.refs.get(channel) if parent is not None else None
+                    blob = _list_blob(log, base, ns, channel, version, value)
+                refs[channel] = seq = session.append(blob).seq
+                if not isinstance(value, Item):
+                    log.remember(seq, value)
             session.append(_with_refs(checkpoint, refs))
             await self._commit(thread_id, session, log)
 
@@ -369,6 +381,28 @@ class ThreadStore:
             await self._commit(target, session, target_log)
 
 
+def _list_blob(
+    log: ThreadLog,
+    base: int | None,
+    ns: str,
+    channel: str,
+    version: Version,
+    items: list[Item],
+) -> BlobData:
+    """A list's blob: its new items after `base`'s list if it starts with it."""
+    if base is not None and log.blob_at(base).items is not None:
+        old = log.items_at(base)
+        if len(items) >= len(old) and items[: len(old)] == old:
+            return BlobData(
+                ns=ns,
+                channel=channel,
+                version=version,
+                items=items[len(old) :],
+                base=base,
+            )
+    return BlobData(ns=ns, channel=channel, version=version, items=items)
+
+
 def _with_refs(data: CheckpointData, refs: dict[str, int]) -> CheckpointData:
     return CheckpointData(
         ns=data.ns,
@@ -397,6 +431,8 @@ def _shifted(data: object, offset: int) -> object:
     if isinstance(data, CheckpointData):
         refs = {c: seq + offset for c, seq in data.refs.items()}
         return _with_refs(data, refs)
+    if isinstance(data, BlobData) and data.base is not None:
+        return msgspec.structs.replace(data, base=data.base + offset)
     return data
 
 
@@ -419,7 +455,12 @@ def _generation(log: ThreadLog, kept: set[tuple[str, str]]) -> list[SessionEvent
     for event in log.thread_events():
         if isinstance(event, BlobEvent) and event.seq in needed:
             moved[event.seq] = len(out)
-            out.append(BlobEvent(seq=len(out), time=event.time, data=event.data))
+            data = event.data
+            if data.base is not None:  # the whole list, its bases dropped
+                data = msgspec.structs.replace(
+                    data, items=log.items_at(event.seq), base=None
+                )
+            out.append(BlobEvent(seq=len(out), time=event.time, data=data))
         elif isinstance(event, CheckpointEvent) and _key_of(event.data) in kept:
             if log.checkpoints[event.data.ns].get(event.data.id) != event.seq:
                 continue  # stored again later: the later one counts
