@@ -92,6 +92,7 @@ class Shared:
 _lock = threading.Lock()
 _shared: dict[object, Shared] = {}
 _loop: Portal | None = None
+_threads: list[threading.Thread] = []
 
 
 def _background() -> Portal:
@@ -111,6 +112,7 @@ def _background() -> Portal:
         thread.start()
         started.wait()
         _loop = Portal(loop, ident[0])
+        _threads.append(thread)
         atexit.register(_close_all)
     return _loop
 
@@ -234,3 +236,7 @@ def _close_all() -> None:
         except Exception:  # noqa: BLE001 - exiting: log it, close the others
             _log.exception("closing the LangGraph saver's store at exit failed")
     portal.loop.call_soon_threadsafe(portal.loop.stop)
+    for thread in _threads:
+        thread.join(timeout=_CLOSE_TIMEOUT_S)
+    if not portal.loop.is_running():
+        portal.loop.close()
