@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +35,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from turnkeep.errors import (
     ConfigurationError,
+    FlushError,
     PluginNotFoundError,
     SessionExistsError,
+    StorageError,
 )
 from turnkeep.host import Host
 from turnkeep.storespec import parse_spec
@@ -344,6 +349,46 @@ async def test_a_started_host_is_used_on_its_loop() -> None:
         await saver.aclose()
 
 
+@pytest.mark.asyncio
+async def test_a_put_that_cannot_be_stored_fails_and_leaves_nothing_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with Host({"persistence": "memory", "plugins": "none"}) as host:
+        saver = TurnkeepSaver(store=host)
+        config = generate_config("t")
+        first = await saver.aput(
+            config,
+            generate_checkpoint({"a": 1}, {"a": 1}),
+            generate_metadata(),
+            {"a": 1},
+        )
+        backend = type(host.require_persistence())
+        real_append = backend.append
+
+        async def failing(*args: Any, **kwargs: Any) -> Any:
+            raise StorageError("disk full")
+
+        monkeypatch.setattr(backend, "append", failing)
+        lost = generate_checkpoint({"a": 2}, {"a": 2})
+        with pytest.raises(FlushError):
+            await saver.aput(
+                generate_config("t", cid(first)), lost, generate_metadata(), {"a": 2}
+            )
+        monkeypatch.setattr(backend, "append", real_append)
+
+        # The thread is read afresh from storage: the failed put is not there.
+        latest = await saver.aget_tuple(generate_config("t"))
+        assert latest is not None
+        assert cid(latest.config) == cid(first)
+        again = await saver.aput(
+            generate_config("t", cid(first)), lost, generate_metadata(), {"a": 2}
+        )
+        got = await saver.aget_tuple(again)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"a": 2}
+        await saver.aclose()
+
+
 def test_a_host_needs_its_running_loop() -> None:
     host = Host({"persistence": "memory", "plugins": "none"})
     with pytest.raises(ConfigurationError, match="must be created on the loop"):
@@ -519,3 +564,48 @@ def test_a_session_that_is_not_a_thread_is_refused(sqlite_store: str) -> None:
             put(saver, "foreign", {"a": 1}, {"a": 1}, {"a": 1})
         # The refused write left the session as it was, and the saver usable.
         put(saver, "fine", {"a": 1}, {"a": 1}, {"a": 1})
+
+
+EXITING = """
+import sys
+from turnkeep_langgraph import TurnkeepSaver
+from langgraph.checkpoint.base import empty_checkpoint
+
+saver = TurnkeepSaver(store=sys.argv[1])  # never closed: exit closes the host
+config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+checkpoint = empty_checkpoint()
+checkpoint["channel_values"] = {"a": "from the child"}
+checkpoint["channel_versions"] = {"a": 1}
+saver.put(config, checkpoint, {"source": "input", "step": -1}, {"a": 1})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_exit_releases_the_threads_a_process_wrote(
+    backend: str, tmp_path: Path
+) -> None:
+    """A process that ends without closing its saver lets the next one write.
+
+    PostgreSQL would otherwise refuse the thread until the writer's lease
+    (30 s) ran out.
+    """
+    for spec in spec_for(backend, tmp_path):
+        root = Path(__file__).resolve().parents[3]
+        done = subprocess.run(
+            [sys.executable, "-c", EXITING, spec],
+            env={**os.environ, "PYTHONPATH": str(root)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        with TurnkeepSaver(store=spec) as saver:
+            parent = saver.get_tuple(generate_config("t"))
+            assert parent is not None
+            assert parent.checkpoint["channel_values"] == {"a": "from the child"}
+            put(saver, "t", {"a": "from the parent"}, {"a": 2}, {"a": 2}, parent.config)
+            assert len(list(saver.list(generate_config("t")))) == 2
