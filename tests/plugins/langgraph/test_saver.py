@@ -38,11 +38,13 @@ from turnkeep.errors import (
     FlushError,
     PluginNotFoundError,
     SessionExistsError,
+    SessionHeldError,
+    SessionLockedError,
     StorageError,
 )
 from turnkeep.host import Host
 from turnkeep.storespec import parse_spec
-from turnkeep_langgraph import TurnkeepSaver
+from turnkeep_langgraph import TurnkeepSaver, events
 from turnkeep_langgraph.events import BlobEvent, CheckpointEvent
 from turnkeep_langgraph.threads import session_id
 
@@ -568,7 +570,7 @@ def test_a_session_that_is_not_a_thread_is_refused(sqlite_store: str) -> None:
 
 EXITING = """
 import sys
-from turnkeep_langgraph import TurnkeepSaver
+from turnkeep_langgraph import TurnkeepSaver, events
 from langgraph.checkpoint.base import empty_checkpoint
 
 saver = TurnkeepSaver(store=sys.argv[1])  # never closed: exit closes the host
@@ -609,3 +611,32 @@ def test_exit_releases_the_threads_a_process_wrote(
             assert parent.checkpoint["channel_values"] == {"a": "from the child"}
             put(saver, "t", {"a": "from the parent"}, {"a": 2}, {"a": 2}, parent.config)
             assert len(list(saver.list(generate_config("t")))) == 2
+
+
+def test_a_thread_another_writer_holds_is_not_pruned_or_deleted(
+    sqlite_store: str,
+) -> None:
+    spec = parse_spec(sqlite_store)
+    with TurnkeepSaver(store=sqlite_store) as saver:
+        first = put(saver, "t", {"a": 1}, {"a": 1}, {"a": 1})
+        put(saver, "t", {"a": 2}, {"a": 2}, {"a": 2}, first)
+        threads, portal = saver._shared.threads, saver._shared.portal
+        portal.run(threads.aclose)  # let the thread go
+
+        async def hold_elsewhere_and_try() -> None:
+            async with Host(spec.overrides(), plugins=[events]) as other:
+                await other.sessions.open(session_id("t"))
+                with pytest.raises(SessionLockedError):
+                    await saver.aprune(["t"])
+                with pytest.raises(SessionHeldError):
+                    await saver.adelete_thread("t")
+
+        asyncio.run(hold_elsewhere_and_try())
+        # Nothing was dropped, and no copy was left beside the thread.
+        assert len(list(saver.list(generate_config("t")))) == 2
+        backend = saver._shared.host.require_persistence()
+        from turnkeep_langgraph.threads import _temp_id
+
+        assert not portal.run(lambda: backend.has(_temp_id("t")))
+        saver.prune(["t"])
+        assert len(list(saver.list(generate_config("t")))) == 1

@@ -329,9 +329,11 @@ class ThreadStore:
         Otherwise a new generation replaces the log (see the module).
         """
         async with self._lock(thread_id):
-            log = await self._read(thread_id)
-            if log is None:
+            if await self._read(thread_id) is None:
                 return
+            # Take the writer role first: a thread another process writes
+            # is refused before anything is copied.
+            _, log = await self._hold(thread_id)
             every = log.newest_first(None)
             kept = {(c.ns, c.id) for c in every if keep(c)}
             if len(kept) == len(every):
