@@ -564,8 +564,10 @@ def test_a_session_that_is_not_a_thread_is_refused(sqlite_store: str) -> None:
             saver.get_tuple(generate_config("foreign"))
         with pytest.raises(SessionExistsError, match="not a LangGraph thread"):
             put(saver, "foreign", {"a": 1}, {"a": 1}, {"a": 1})
-        # The refused write left the session as it was, and the saver usable.
+        # The refused write left the session as it was, and the saver usable;
+        # listing every thread passes over the foreign session.
         put(saver, "fine", {"a": 1}, {"a": 1}, {"a": 1})
+        assert [tid(t.config) for t in saver.list(None)] == ["fine"]
 
 
 EXITING = """
@@ -640,3 +642,25 @@ def test_a_thread_another_writer_holds_is_not_pruned_or_deleted(
         assert not portal.run(lambda: backend.has(_temp_id("t")))
         saver.prune(["t"])
         assert len(list(saver.list(generate_config("t")))) == 1
+
+
+def test_threads_past_the_limit_are_let_go_least_recently_used_first(
+    sqlite_store: str,
+) -> None:
+    with TurnkeepSaver(store=sqlite_store) as saver:
+        threads = saver._shared.threads
+        threads.max_held = 2
+        configs = {
+            n: put(saver, f"t{n}", {"a": n}, {"a": 1}, {"a": 1}) for n in range(5)
+        }
+        assert list(threads._held) == [session_id("t3"), session_id("t4")]
+        host = saver._shared.host
+        assert {s.id for s in host.sessions.list()} == set(threads._held)
+        # A thread let go is read from storage, and taken again to write.
+        for n, config in configs.items():
+            got = saver.get_tuple(config)
+            assert got is not None
+            assert got.checkpoint["channel_values"] == {"a": n}
+            put(saver, f"t{n}", {"a": n + 10}, {"a": 2}, {"a": 2}, config)
+        assert len(threads._held) == 2
+        assert len(list(saver.list(None))) == 10

@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
 import msgspec
 
-from turnkeep.errors import FlushError, SessionNotFoundError
+from turnkeep.errors import FlushError, SessionExistsError, SessionNotFoundError
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
 from turnkeep.ids import MAX_SESSION_ID_BYTES
@@ -117,12 +118,18 @@ class ThreadStore:
     _held: OrderedDict[str, tuple[Session, ThreadLog]] = attrs.field(
         init=False, factory=OrderedDict[str, tuple[Session, ThreadLog]]
     )
-    _locks: dict[str, asyncio.Lock] = attrs.field(
-        init=False, factory=dict[str, asyncio.Lock]
+    # A thread's lock lives while someone holds or awaits it: a process
+    # that touches many threads keeps no lock per thread it ever saw.
+    _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = attrs.field(
+        init=False, factory=weakref.WeakValueDictionary[str, asyncio.Lock]
     )
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_id(thread_id), asyncio.Lock())
+        sid = session_id(thread_id)
+        lock = self._locks.get(sid)
+        if lock is None:
+            lock = self._locks[sid] = asyncio.Lock()
+        return lock
 
     # -- reading -------------------------------------------------------------
 
@@ -165,7 +172,12 @@ class ThreadStore:
         bases.update(self._held)
         found: list[str] = []
         for sid in sorted(bases | {PREFIX + t[len(_TEMP) :] for t in temps}):
-            log = await self._load(sid) or await self._load(_TEMP + sid[len(PREFIX) :])
+            try:
+                log = await self._load(sid) or await self._load(
+                    _TEMP + sid[len(PREFIX) :]
+                )
+            except SessionExistsError:
+                continue  # a session under our prefix that is not a thread
             if log is not None:
                 found.append(log.thread_id)
         return found
@@ -285,10 +297,14 @@ class ThreadStore:
 
     async def _evict(self) -> None:
         while len(self._held) > self.max_held:
-            victim = next((s for s in self._held if not self._locks[s].locked()), None)
+            victim = next((s for s in self._held if not self._busy(s)), None)
             if victim is None:
                 return
             await self._let_go(victim)
+
+    def _busy(self, sid: str) -> bool:
+        lock = self._locks.get(sid)
+        return lock is not None and lock.locked()
 
     async def _let_go(self, sid: str, *, store: bool = True) -> None:
         entry = self._held.pop(sid, None)
