@@ -5,19 +5,36 @@ every backend, sync and async, with its history readable; and on every
 durable backend a worker process running it is killed (SIGKILL) inside the
 third node, and a new process resumes the thread from its last checkpoint:
 the nodes that had finished do not run again, and the state is complete.
+A graph whose subgraph interrupts (human in the loop) is resumed by a new
+saver: the interrupt (a pending write) and the subgraph's namespace were
+stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Annotated, Any, TypedDict
 
 import pytest
+
+# pyright finds no types for langgraph.graph and langgraph.types: their
+# py.typed sits in a namespace package that several distributions share.
+from langgraph.graph import (  # pyright: ignore[reportMissingTypeStubs]
+    END,
+    START,
+    StateGraph,
+)
+from langgraph.types import (  # pyright: ignore[reportMissingTypeStubs]
+    Command,
+    interrupt,
+)
 
 from turnkeep_langgraph import TurnkeepSaver
 
@@ -99,3 +116,60 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(
         assert final == {"steps": list(NODES), "count": 5}
         # a and b ran once; c ran again (it was cut short), then d and e.
         assert effects.read_text().split() == ["a", "b", "c", "c", "d", "e"]
+
+
+class Approval(TypedDict):
+    request: str
+    answer: str
+    log: Annotated[list[str], operator.add]
+
+
+def _approval_graph(saver: TurnkeepSaver) -> Any:
+    def ask(state: Approval) -> dict[str, Any]:
+        answer = interrupt(f"approve {state['request']}?")
+        return {"answer": answer, "log": ["asked"]}
+
+    def act(state: Approval) -> dict[str, Any]:
+        return {"log": [f"acted on {state['answer']}"]}
+
+    inner = StateGraph(Approval)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+
+    outer = StateGraph(Approval)
+    outer.add_node("review", inner.compile())  # a subgraph: its own namespace
+    outer.add_node("act", act)
+    outer.add_edge(START, "review")
+    outer.add_edge("review", "act")
+    outer.add_edge("act", END)
+    return outer.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_an_interrupt_inside_a_subgraph_resumes_with_a_new_saver(
+    backend: str, tmp_path: Path
+) -> None:
+    """Pending writes (the interrupt) and namespaces survive a new saver."""
+    for store in spec_for(backend, tmp_path):
+        with TurnkeepSaver(store=store) as saver:
+            graph = _approval_graph(saver)
+            first = graph.invoke(
+                {"request": "deploy", "answer": "", "log": []}, config("hitl")
+            )
+            assert [i.value for i in first["__interrupt__"]] == ["approve deploy?"]
+            namespaces = {
+                t.config.get("configurable", {}).get("checkpoint_ns")
+                for t in saver.list({"configurable": {"thread_id": "hitl"}})
+            }
+            assert "" in namespaces
+            assert any(ns and ns.startswith("review:") for ns in namespaces)
+        # A new saver (its store's host started again) sees the interrupt.
+        with TurnkeepSaver(store=store) as saver:
+            graph = _approval_graph(saver)
+            state = graph.get_state(config("hitl"), subgraphs=True)
+            assert state.next == ("review",)
+            assert [i.value for i in state.interrupts] == ["approve deploy?"]
+            final = graph.invoke(Command(resume="yes"), config("hitl"))
+        assert final["log"] == ["asked", "acted on yes"]
+        assert final["answer"] == "yes"
