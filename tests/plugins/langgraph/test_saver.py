@@ -664,3 +664,35 @@ def test_threads_past_the_limit_are_let_go_least_recently_used_first(
             put(saver, f"t{n}", {"a": n + 10}, {"a": 2}, {"a": 2}, config)
         assert len(threads._held) == 2
         assert len(list(saver.list(None))) == 10
+
+
+@pytest.mark.timeout(60)
+def test_a_saver_on_a_finished_loops_host_closes_without_waiting() -> None:
+    """Closing after the host's loop ended neither hangs nor fails."""
+
+    async def use() -> TurnkeepSaver:
+        async with Host({"persistence": "memory", "plugins": "none"}) as host:
+            saver = TurnkeepSaver(store=host)
+            await saver.aput(
+                generate_config("t"),
+                generate_checkpoint({"a": 1}, {"a": 1}),
+                generate_metadata(),
+                {"a": 1},
+            )
+            return saver
+
+    saver = asyncio.run(use())
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            saver.close()
+            saver.close()  # a second close does nothing
+        except BaseException as exc:
+            errors.append(exc)
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    assert errors == []

@@ -199,7 +199,12 @@ def release(shared: Shared) -> None:
         del _shared[shared.key]
     if shared.owned:
         shared.portal.run(lambda: _close(shared))
-    elif threading.get_ident() != shared.portal.thread:
+    elif (
+        threading.get_ident() != shared.portal.thread
+        and shared.portal.loop.is_running()
+    ):
+        # The caller's host: let its threads go while its loop runs (a loop
+        # that ended took them along when the host was closed).
         shared.portal.run(shared.threads.aclose)
 
 
