@@ -2,7 +2,7 @@
 UV := ./scripts/uv
 SYNC := $(UV) sync --all-packages --locked --quiet
 
-.PHONY: help install demo test test-fast lint typecheck bench bench-full bench-docs soak test-postgres docs site
+.PHONY: help install demo test test-fast lint typecheck bench bench-full bench-docs soak test-postgres docs site screenshots
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ soak: ## Long randomised reliability runs (prints their seeds)
 
 test-postgres: ## Only the PostgreSQL tests
 	$(SYNC) && $(UV) run --no-sync pytest -m postgres
+
+screenshots: ## Refresh docs/images/serve-*.png from the web page's browser test (Chromium)
+	$(SYNC) && TURNKEEP_SCREENSHOTS=$(CURDIR)/docs/images $(UV) run --no-sync pytest tests/serve/test_browser.py -p no:cacheprovider -q
 
 docs: ## Regenerate docs/hooks.md from the hook specs
 	$(SYNC) && $(UV) run --no-sync python -m turnkeep._hookdocs > docs/hooks.md

@@ -93,6 +93,7 @@ def test_every_promised_page_is_in_the_navigation() -> None:
         "docs/writing-a-backend.md",
         "docs/cli.md",
         "docs/deploy-postgres.md",
+        "docs/serve.md",
         "docs/reliability.md",
         "docs/benchmarks.md",
     ):

@@ -115,6 +115,60 @@ def test_ls_refuses_a_cursor_it_did_not_make(store: Store) -> None:
     assert "cursor" in one_line_error(result)
 
 
+def test_ls_filters_by_status_and_update_time(store: Store) -> None:
+    for sid in ("first", "second", "third"):
+        asyncio.run(converse(store, sid, prompts=(f"hello from {sid}",)))
+    listed = sessions(cli("ls", "--json", store=store).stdout)
+    stamps = {s["id"]: s["updated_at"] for s in listed}
+    assert len(set(stamps.values())) == 3
+
+    def ids(*args: str) -> list[str]:
+        result = cli("ls", "--json", *args, store=store)
+        assert result.exit_code == 0, result.stderr
+        return [s["id"] for s in sessions(result.stdout)]
+
+    assert ids("--status", "idle") == ["third", "second", "first"]
+    assert ids("--status", "failed,interrupted") == []
+    assert ids("--updated-after", str(stamps["first"])) == ["third", "second"]
+    assert ids("--updated-before", str(stamps["third"])) == ["second", "first"]
+    assert ids(
+        "--updated-after",
+        str(stamps["first"]),
+        "--updated-before",
+        str(stamps["third"]),
+        "--status",
+        "idle",
+    ) == ["second"]
+    assert ids("--updated-after", "2000-01-01T00:00:00Z", "--limit", "1", "--all") == [
+        "third",
+        "second",
+        "first",
+    ]
+    assert ids("--updated-before", "2000-01-01") == []
+    empty = cli("ls", "--status", "closed", store=store)
+    assert empty.exit_code == 0
+    assert "no sessions match" in empty.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--status", "sleeping"), "unknown status 'sleeping'"),
+        (("--status", "idle,,failed"), "empty status"),
+        (("--updated-after", "yesterday"), "cannot read 'yesterday' as a time"),
+        (("--updated-before", "2026-13-01"), "as a time"),
+        (("--updated-after", "99999999999999999999"), "out of range"),
+    ],
+)
+def test_ls_refuses_a_bad_filter(
+    store: Store, args: tuple[str, ...], words: str
+) -> None:
+    asyncio.run(converse(store, "s", prompts=("hi",)))
+    result = cli("ls", *args, store=store)
+    assert result.exit_code == 1
+    assert words in one_line_error(result)
+
+
 def test_ls_shows_stored_text_without_terminal_escapes(store: Store) -> None:
     asyncio.run(converse(store, "s\x1b[2Jx", prompts=("\x1b]0;owned\x07 hi",)))
     result = cli("ls", store=store)

@@ -8,13 +8,17 @@ import pytest
 
 BROKEN = textwrap.dedent(
     '''
+    import asyncio
+
+    import attrs
     import msgspec
     import pytest
 
     from turnkeep.conformance import (
-        AppendContract, CrashTailContract, DeleteContract, FormatVersionContract,
-        HeldContract, IdsContract, LoadAfterContract,
-        ListContract, LoadContract, MetadataContract, OwnershipContract,
+        AppendContract, CrashTailContract, DeleteContract, FollowContract,
+        FormatVersionContract,
+        HeldContract, IdsContract, ListContract, ListFilterContract,
+        LoadAfterContract, LoadContract, MetadataContract, OwnershipContract,
         SessionsContract, SummaryAppendContract, UnknownOutcomeContract,
     )
     from turnkeep.errors import StorageError
@@ -52,6 +56,26 @@ BROKEN = textwrap.dedent(
         async def list(self, *, limit=100, cursor=None):
             page = await super().list(limit=10_000)
             return SessionPage(items=page.items, next_cursor=None)
+
+
+    class FiltersEachPage(MemoryPersistence):
+        """Filters a page after taking it: pages come back short."""
+
+        async def list(self, *, limit=100, cursor=None, where=None):
+            page = await super().list(limit=limit, cursor=cursor)
+            items = [m for m in page.items if where is None or where.matches(m)]
+            return SessionPage(items=items, next_cursor=page.next_cursor)
+
+
+    class KeepsTheBounds(MemoryPersistence):
+        """Keeps sessions updated exactly at a bound (both are exclusive)."""
+
+        async def list(self, *, limit=100, cursor=None, where=None):
+            if where is not None and where.updated_after is not None:
+                where = attrs.evolve(where, updated_after=where.updated_after - 1)
+            if where is not None and where.updated_before is not None:
+                where = attrs.evolve(where, updated_before=where.updated_before + 1)
+            return await super().list(limit=limit, cursor=cursor, where=where)
 
 
     class LosesSummaryOnAppend(MemoryPersistence):
@@ -299,6 +323,20 @@ BROKEN = textwrap.dedent(
             return lambda: ForgetsPagination(storage)
 
 
+    class TestFiltersEachPage(ListFilterContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: FiltersEachPage(storage)
+
+
+    class TestKeepsTheBounds(ListFilterContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: KeepsTheBounds(storage)
+
+
     class TestLosesSummaryOnAppend(MetadataContract):
         @pytest.fixture
         def make_backend(self):
@@ -486,6 +524,60 @@ BROKEN = textwrap.dedent(
             return len((await self.load(session_id)).events)
 
 
+    class SleepsTheWholeWait(MemoryPersistence):
+        """Waits out every wait, commit or not."""
+
+        async def wait_for_commit(self, session_id, after_seq, within):
+            await asyncio.sleep(within)
+            return await self.last_seq(session_id)
+
+
+    class AnswersTheNextSeq(MemoryPersistence):
+        """Wakes right, but answers the seq after the one given, not the last."""
+
+        async def wait_for_commit(self, session_id, after_seq, within):
+            last = await super().wait_for_commit(session_id, after_seq, within)
+            return after_seq + 1 if last > after_seq else last
+
+
+    class HearsOnlyItself(MemoryPersistence):
+        """Wakes at its own commits only: another process's go unheard."""
+
+        async def wait_for_commit(self, session_id, after_seq, within):
+            if not hasattr(self, "_own"):
+                self._own = MemoryStorage()
+            waiting = MemoryPersistence(self._own)
+            self._own.sessions[session_id] = self._stored(session_id)
+            return await waiting.wait_for_commit(session_id, after_seq, within)
+
+        async def append(self, session_id, events, *, summary=None):
+            await super().append(session_id, events, summary=summary)
+            if hasattr(self, "_own"):
+                self._own.wake(session_id)
+
+
+    class FollowHarness(FollowContract):
+        supports_wait_for_commit = True
+        broken = MemoryPersistence
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: self.broken(storage)
+
+
+    class TestSleepsTheWholeWait(FollowHarness):
+        broken = SleepsTheWholeWait
+
+
+    class TestAnswersTheNextSeq(FollowHarness):
+        broken = AnswersTheNextSeq
+
+
+    class TestHearsOnlyItself(FollowHarness):
+        broken = HearsOnlyItself
+
+
     class LoadAfterHarness(LoadAfterContract):
         supports_load_after = True
         broken = MemoryPersistence
@@ -523,6 +615,13 @@ EXPECTED_FAILURES = {
         "test_paging_covers_every_session_once",
         "test_foreign_cursor_is_refused",
         "test_listing_reports_turns_and_size",
+    },
+    "TestFiltersEachPage": {
+        "test_filtered_pages_are_full_until_the_last",
+    },
+    "TestKeepsTheBounds": {
+        "test_each_filter_keeps_exactly_the_matching_sessions",
+        "test_filtered_pages_are_full_until_the_last",
     },
     "TestLosesSummaryOnAppend": {
         "test_summary_survives_later_appends",
@@ -609,6 +708,21 @@ EXPECTED_FAILURES = {
     "TestCountsInsteadOfSeq": {
         "test_after_the_end_is_empty_and_last_seq_is_the_last_record",
         "test_new_flushes_are_seen_by_this_and_other_instances",
+    },
+    "TestSleepsTheWholeWait": {
+        "test_a_seq_already_past_returns_at_once",
+        "test_a_commit_by_another_instance_wakes_the_follower",
+        "test_a_commit_by_the_same_instance_wakes_the_follower",
+        "test_a_deleted_session_ends_the_wait",
+        "test_unknown_and_invalid_ids_and_bad_arguments_are_refused",
+    },
+    "TestAnswersTheNextSeq": {
+        "test_a_seq_already_past_returns_at_once",
+        "test_a_commit_by_another_instance_wakes_the_follower",
+    },
+    "TestHearsOnlyItself": {
+        "test_a_commit_by_another_instance_wakes_the_follower",
+        "test_a_deleted_session_ends_the_wait",
     },
     "TestKeepsDeletedText": {
         "test_delete_leaves_nothing_of_the_session_in_the_store",

@@ -10,10 +10,10 @@ import pytest
 
 from turnkeep.backendkit import outcome_unknown
 from turnkeep.codec import EventRecord
-from turnkeep.conformance import MakeBackend, PersistenceContract
+from turnkeep.conformance import ListFilterContract, MakeBackend, PersistenceContract
 from turnkeep.memory import MemoryPersistence, MemoryStorage
 from turnkeep.meta import FORMAT_VERSION, SessionSummary
-from turnkeep.persistence import SessionPersistence
+from turnkeep.persistence import SessionPage, SessionPersistence
 
 
 @attrs.define(eq=False)
@@ -50,6 +50,7 @@ class TestMemoryBackend(PersistenceContract):
     supports_held = True
     supports_load_after = True
     supports_owner_death = True
+    supports_wait_for_commit = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:
@@ -84,3 +85,23 @@ class TestMemoryBackend(PersistenceContract):
     ) -> None:
         assert isinstance(backend, LosesReplies)
         backend.losing[session_id] = lands
+
+
+class ListsWithoutFilters(MemoryPersistence):
+    """The reference backend as written before `list` took `where`."""
+
+    async def list(  # pyright: ignore[reportIncompatibleMethodOverride] - the old signature under test
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> SessionPage:
+        return await super().list(limit=limit, cursor=cursor)
+
+
+class TestFiltersInCore(ListFilterContract):
+    """A backend without filters is served by core's fallback, as correctly."""
+
+    supports_list_filter = False
+
+    @pytest.fixture
+    def make_backend(self) -> MakeBackend:
+        storage = MemoryStorage()
+        return lambda: ListsWithoutFilters(storage)

@@ -3,8 +3,9 @@
 Imports are read from the source with `ast`, so imports under
 `TYPE_CHECKING` and inside functions count as much as module-level ones.
 Layers, bottom up: the seam (every module directly in `turnkeep/`, and the
-conformance kit), the agent loop (`turnkeep.agent`), then the command
-(`turnkeep.cli`) and the test doubles (`turnkeep.testing`).
+conformance kit), the agent loop (`turnkeep.agent`), the service
+(`turnkeep.serve`), then the command (`turnkeep.cli`) and the test doubles
+(`turnkeep.testing`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ MAX_LINES = 500
 
 # What each layer may not import (a prefix matches the package and below).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "seam": ("turnkeep.agent", "turnkeep.cli", "turnkeep.testing"),
-    "turnkeep.agent": ("turnkeep.cli", "turnkeep.testing"),
+    "seam": ("turnkeep.agent", "turnkeep.serve", "turnkeep.cli", "turnkeep.testing"),
+    "turnkeep.agent": ("turnkeep.serve", "turnkeep.cli", "turnkeep.testing"),
+    "turnkeep.serve": ("turnkeep.cli", "turnkeep.testing"),
 }
 
 
@@ -103,7 +105,12 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def layer(name: str) -> str:
     if name == "turnkeep":
         return "api"  # the public namespace re-exports every layer
-    for upper in ("turnkeep.agent", "turnkeep.cli", "turnkeep.testing"):
+    for upper in (
+        "turnkeep.agent",
+        "turnkeep.serve",
+        "turnkeep.cli",
+        "turnkeep.testing",
+    ):
         if name == upper or name.startswith(upper + "."):
             return upper
     return "seam"
@@ -146,8 +153,13 @@ def test_the_walk_sees_type_checking_imports_and_finds_a_circle() -> None:
     assert any("turnkeep.errors" in c and "turnkeep.host" in c for c in cycles(edges))
     edges["turnkeep.session"] = {"turnkeep.agent.loop"}
     assert "turnkeep.session imports turnkeep.agent.loop" in list(upward_imports(edges))
+    edges["turnkeep.agent.loop"] = {"turnkeep.serve.app"}
+    edges["turnkeep.serve.api"] = {"turnkeep.cli.runtime"}
+    found = list(upward_imports(edges))
+    assert "turnkeep.agent.loop imports turnkeep.serve.app" in found
+    assert "turnkeep.serve.api imports turnkeep.cli.runtime" in found
 
 
-@pytest.mark.parametrize("name", ["turnkeep.agent", "turnkeep.cli"])
+@pytest.mark.parametrize("name", ["turnkeep.agent", "turnkeep.serve", "turnkeep.cli"])
 def test_each_layer_is_a_package_of_its_own(name: str) -> None:
     assert name in modules()

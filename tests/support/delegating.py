@@ -15,6 +15,7 @@ import attrs
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import (
     EventRecord,
+    ListFilter,
     LoadedSession,
     SessionPage,
     SessionPersistence,
@@ -36,8 +37,14 @@ class Delegating:
     async def load(self, session_id: str) -> LoadedSession:
         return await self.inner.load(session_id)
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        return await self.inner.list(limit=limit, cursor=cursor)
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        return await self.inner.list(limit=limit, cursor=cursor, where=where)
 
     async def has(self, session_id: str) -> bool:
         return await self.inner.has(session_id)

@@ -40,6 +40,7 @@ __all__ = [
     "PluginSelection",
     "RetentionPolicy",
     "RetentionStatus",
+    "ServeConfig",
     "load_config",
     "make_converter",
     "parse_duration",
@@ -115,6 +116,39 @@ def _check_status(value: object) -> None:
 
 
 @attrs.frozen
+class ServeConfig:
+    """How `turnkeep serve` runs (`[serve]`; `TURNKEEP_SERVE__<KEY>`).
+
+    Attributes:
+        token: the bearer token writes (and, unless `open_reads`, reads)
+            need; unset, writes are refused and only 127.0.0.1 is served.
+            Prefer the environment (`TURNKEEP_SERVE__TOKEN`) to a file.
+        open_reads: serve the read endpoints and the page without a token.
+        host: the address to bind; another than 127.0.0.1/::1/localhost
+            needs a token.
+        port: the TCP port.
+        max_page: the largest `limit` a list or events request may ask for.
+        max_body: the largest request body in bytes.
+        requests_per_second: the sustained request rate per token (per
+            client address where no token is given); `burst` above it.
+        burst: how many requests may come at once before the rate applies.
+        streams_per_client: open SSE streams per token (or address).
+        max_streams: open SSE streams in all.
+    """
+
+    token: str | None = None
+    open_reads: bool = False
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=8765, validator=positive)
+    max_page: int = attrs.field(default=500, validator=positive)
+    max_body: int = attrs.field(default=65536, validator=positive)
+    requests_per_second: int = attrs.field(default=50, validator=positive)
+    burst: int = attrs.field(default=100, validator=positive)
+    streams_per_client: int = attrs.field(default=16, validator=positive)
+    max_streams: int = attrs.field(default=1024, validator=positive)
+
+
+@attrs.frozen
 class Config:
     """The host's configuration.
 
@@ -135,6 +169,7 @@ class Config:
         retention: the policy `turnkeep prune` applies when given no
             flags, and a service applies through `turnkeep.retention`
             (`[retention]`: `older_than = "30d"`, `status = "ended"`).
+        serve: how `turnkeep serve` runs (`[serve]`, see `ServeConfig`).
         backends: per-backend option tables, keyed by backend name.
     """
 
@@ -150,6 +185,7 @@ class Config:
         factory=dict[str, str], validator=lambda _i, _a, v: _check_patterns(v)
     )
     retention: RetentionPolicy | None = None
+    serve: ServeConfig = ServeConfig()
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
 
 
@@ -304,8 +340,8 @@ def load_config(
         # Validate each layer on its own so errors name their source.
         structure_config(_partial(layer), Config, source=source, converter=converter)
         for key, value in layer.items():
-            if key == "retention" and isinstance(value, dict):
-                merged.setdefault("retention", {}).update(value)
+            if key in _TABLES and isinstance(value, dict):
+                merged.setdefault(key, {}).update(value)
             elif key == "backends":
                 backends: dict[str, dict[str, Any]] = merged.setdefault("backends", {})
                 for name, table in value.items():
@@ -350,9 +386,12 @@ def _find_upwards(
     return None
 
 
+_TABLES: Final = frozenset({"retention", "serve"})
+"""Tables of their own merged key by key across sources (`[retention]`)."""
+
 _TOP_LEVEL: Final = frozenset(f.name for f in attrs.fields(Config)) - {
     "backends",
-    "retention",
+    *_TABLES,
 }
 
 
@@ -364,8 +403,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         key = name[len(_ENV_PREFIX) :].lower()
         if "__" in key:
             backend, _, option = key.partition("__")
-            if backend == "retention" and option:
-                layer.setdefault("retention", {})[option] = value
+            if backend in _TABLES and option:
+                layer.setdefault(backend, {})[option] = value
             elif backend and option:
                 layer.setdefault("backends", {}).setdefault(backend, {})[option] = value
         elif key in _TOP_LEVEL:

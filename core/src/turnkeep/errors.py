@@ -25,6 +25,7 @@ __all__ = [
     "ImportInputError",
     "InvalidCursorError",
     "InvalidForkPointError",
+    "InvalidListFilterError",
     "InvalidSeedError",
     "InvalidSessionIdError",
     "InvalidSummaryError",
@@ -99,10 +100,7 @@ class PluginNotFoundError(ConfigurationError, LookupError):
 
 
 class PluginReloadError(TurnkeepError):
-    """A hot reload could not import or start the new plugin.
-
-    The previous plugin is left active; nothing was lost.
-    """
+    """A hot reload could not import or start the new plugin (the old one stays)."""
 
     code = "plugin-reload"
 
@@ -114,10 +112,7 @@ class PluginDisposeError(TurnkeepError):
 
 
 class HookContractError(TurnkeepError, TypeError):
-    """A hook implementation broke its calling convention.
-
-    For example, a `session_event` implementation returned an awaitable.
-    """
+    """A hook implementation broke its calling convention (returned an awaitable)."""
 
     code = "hook-contract"
 
@@ -159,6 +154,12 @@ class InvalidCursorError(TurnkeepError, ValueError):
     """A `list` cursor was not produced by this backend's `list`."""
 
     code = "invalid-cursor"
+
+
+class InvalidListFilterError(TurnkeepError, ValueError):
+    """A `list` filter names an unknown status or a time that is not one."""
+
+    code = "invalid-list-filter"
 
 
 class InvalidSummaryError(TurnkeepError, ValueError):
@@ -364,11 +365,7 @@ class SessionHeldError(SessionLockedError):
 
 
 class SessionFencedError(SessionOwnershipError):
-    """This process lost ownership of the session (a takeover fenced it out).
-
-    Nothing was written. Reload the session to continue from what the new
-    owner wrote.
-    """
+    """A takeover fenced this process out: nothing written; reload to go on."""
 
     code = "session-fenced"
 

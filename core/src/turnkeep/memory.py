@@ -12,7 +12,9 @@ backend under the name `memory`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -32,8 +34,10 @@ from turnkeep.errors import (
     SessionNotFoundError,
     StorageError,
 )
+from turnkeep.follow import check_wait
 from turnkeep.hookspecs import hookimpl
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import FORMAT_VERSION, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 
@@ -67,6 +71,15 @@ class MemoryStorage:
         factory=set[tuple[str, int]], repr=False
     )
     """(id, generation) of each hold a forced delete ended: that holder is told."""
+    followers: dict[str, set[asyncio.Event]] = attrs.field(
+        factory=dict[str, set[asyncio.Event]], repr=False
+    )
+    """Per session, the events of `wait_for_commit` calls to set at a commit."""
+
+    def wake(self, session_id: str) -> None:
+        """Wake every follower of `session_id` (a commit, a delete)."""
+        for event in self.followers.get(session_id, ()):
+            event.set()
 
 
 @attrs.define(eq=False)
@@ -138,6 +151,7 @@ class MemoryPersistence:
             turns=kept.turns + count_turn_ends(events),
             size=kept.size + sum(len(r.raw) for r in events),
         )
+        self.storage.wake(session_id)
 
     async def load(self, session_id: str) -> LoadedSession:
         """Return the stored metadata and events."""
@@ -156,11 +170,48 @@ class MemoryPersistence:
         """The last stored seq."""
         return len(self._stored(session_id).events) - 1
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Page through stored sessions, newest first."""
+    async def wait_for_commit(
+        self, session_id: str, after_seq: int, within: float
+    ) -> int:
+        """The last stored seq once past `after_seq`, or at `within`.
+
+        Woken by the storage at each commit (of any instance over it).
+        """
+        check_wait(after_seq, within)
+        session_id = validate_session_id(session_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        wake = asyncio.Event()
+        followers = self.storage.followers.setdefault(session_id, set())
+        followers.add(wake)
+        try:
+            while True:
+                wake.clear()
+                last = len(self._stored(session_id).events) - 1
+                remaining = deadline - loop.time()
+                if last > after_seq or remaining <= 0:
+                    return last
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), remaining)
+        finally:
+            followers.discard(wake)
+            if not followers:
+                self.storage.followers.pop(session_id, None)
+
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Page through stored sessions (those `where` keeps), newest first."""
         if limit <= 0:
             raise ValueError("limit must be positive")
-        items = sorted(self.storage.sessions.values(), key=_order)
+        stored = self.storage.sessions.values()
+        if where is not None:
+            stored = [s for s in stored if where.matches(s.meta)]
+        items = sorted(stored, key=_order)
         if cursor is not None:
             after = _decode_cursor(cursor)
             items = [s for s in items if _order(s) > after]
@@ -194,6 +245,7 @@ class MemoryPersistence:
         del storage.sessions[session_id]
         storage.owners.pop(session_id, None)
         self._held.pop(session_id, None)
+        storage.wake(session_id)  # its followers hear it is gone
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (keeping the backend-maintained numbers)."""

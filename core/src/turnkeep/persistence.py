@@ -26,6 +26,14 @@ checks each one; the names in brackets are the kit's):
   before that flush is kept and lands with it.
 - [list-metadata-only] `list` reads headers and summaries, never whole logs;
   it pages newest first by `updated_at` (ties by id), with an opaque cursor.
+- [list-filter] `list(where=ListFilter(...))` keeps the sessions whose
+  stored status is one of `statuses` and whose `updated_at` lies strictly
+  between `updated_after` and `updated_before` (each optional), exactly
+  those `ListFilter.matches`, in the same order and keyset paging: a page
+  holds `limit` of them unless it is the last. The filter is applied where
+  the backend keeps its index (an indexed range, the catalog), never by
+  reading logs. A backend whose `list` takes no `where` is served by
+  `turnkeep.listing.list_where`, which filters pages in core.
 - [summary] `update` replaces title, first prompt and status, never the log,
   and an `append` never loses them. Backends keep `event_count` (durable
   events), `turns` (durable records whose `is_turn_end` is true, i.e. of type
@@ -89,6 +97,9 @@ checks each one; the names in brackets are the kit's):
   log; damage in what they read raises `SessionCorruptError`, never a
   shorter answer; an unknown id raises `SessionNotFoundError`. A backend
   without them is served by `read_after` / `last_durable_seq` with `load`.
+- [wait-for-commit] (optional method `wait_for_commit`, `CommitWaiter` in
+  `turnkeep.follow`, which states the contract) wakes a follower at the
+  next commit of a session, from any writer, without reading the log.
 - [errors] Driver errors are wrapped in `turnkeep.errors` types.
 """
 
@@ -102,6 +113,7 @@ import msgspec
 
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventCodec, EventRecord
 from turnkeep.errors import ConfigurationError
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import (
     FORMAT_VERSION,
     ForkPoint,
@@ -121,6 +133,7 @@ __all__ = [
     "ForkPoint",
     "HoldProbe",
     "IncrementalRead",
+    "ListFilter",
     "LoadedSession",
     "SessionHeader",
     "SessionMeta",
@@ -131,6 +144,7 @@ __all__ = [
     "appends_summary",
     "check_read_range",
     "delete_session",
+    "filters_natively",
     "last_durable_seq",
     "probe_held",
     "read_after",
@@ -210,8 +224,21 @@ class SessionPersistence(Protocol):
         """
         ...
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Return one page of stored sessions, newest first. Read-only."""
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Return one page of stored sessions, newest first. Read-only.
+
+        With `where`, only the sessions it keeps (see [list-filter]).
+
+        Raises:
+            ValueError: `limit` < 1.
+            InvalidCursorError: `cursor` is not one this backend made.
+        """
         ...
 
     async def has(self, session_id: str) -> bool:
@@ -316,7 +343,12 @@ class IncrementalRead(Protocol):
         ...
 
 
-OPTIONAL_METHODS: tuple[str, ...] = ("held", "load_after", "last_seq")
+OPTIONAL_METHODS: tuple[str, ...] = (
+    "held",
+    "load_after",
+    "last_seq",
+    "wait_for_commit",
+)
 """Methods a backend may lack (older backends); if present, they are async."""
 
 
@@ -376,6 +408,11 @@ async def delete_session(
 
 def _takes_force(delete: object) -> bool:
     return _takes(delete, "force", unreadable=True)  # no signature: just try it
+
+
+def filters_natively(backend: SessionPersistence) -> bool:
+    """Whether `backend.list` takes `where=` (see [list-filter])."""
+    return _takes(backend.list, "where", unreadable=False)
 
 
 def appends_summary(backend: SessionPersistence) -> bool:

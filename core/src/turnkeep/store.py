@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Literal, TypeAlias
 
 import attrs
@@ -32,12 +33,14 @@ from turnkeep.errors import (
 )
 from turnkeep.events import SessionEvent
 from turnkeep.ids import new_session_id, validate_session_id
-from turnkeep.listing import list_sessions
+from turnkeep.listfilter import list_filter
+from turnkeep.listing import list_sessions, search_titles
 from turnkeep.meta import (
     FORMAT_VERSION,
     ForkPoint,
     SessionHeader,
     SessionMeta,
+    SessionStatus,
     SessionSummary,
 )
 from turnkeep.persistence import SessionPage
@@ -164,21 +167,68 @@ class SessionStore:
         return list(self._live.values())
 
     async def stored(
-        self, *, limit: int = 100, cursor: str | None = None
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: SessionStatus | Iterable[SessionStatus] | None = None,
+        updated_after: datetime | int | None = None,
+        updated_before: datetime | int | None = None,
     ) -> SessionPage:
         """Return one page of the stored sessions, newest first (summaries only).
 
         A session whose summary says a turn is running (`active`) but that
         no live owner holds (its process crashed mid-turn) is listed
         `interrupted`; only the page's `active` sessions are probed, in one
-        batch. Pass `next_cursor` back as `cursor` for the next page.
+        batch. Pass `next_cursor` back as `cursor` (with the same filters)
+        for the next page.
+
+        Args:
+            limit: sessions per page.
+            cursor: where the previous page ended.
+            status: keep sessions of this status (or these), as listed
+                (`interrupted` included). The backend filters by stored
+                status, so a page asking for `active` or `interrupted` may
+                come back short while more follow.
+            updated_after: keep sessions updated after this (exclusive; a
+                datetime, naive ones local, or epoch milliseconds).
+            updated_before: keep sessions updated before this (exclusive).
 
         Raises:
             PersistenceNotConfiguredError: no backend is active.
             InvalidCursorError: `cursor` is not one `stored` returned.
+            InvalidListFilterError: an unknown status or a bad time.
         """
+        where = list_filter(
+            status=status, updated_after=updated_after, updated_before=updated_before
+        )
         backend = self._hooks.require_persistence()
-        return await list_sessions(backend, limit=limit, cursor=cursor)
+        return await list_sessions(backend, limit=limit, cursor=cursor, where=where)
+
+    async def search(
+        self,
+        text: str,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: SessionStatus | Iterable[SessionStatus] | None = None,
+    ) -> SessionPage:
+        """The sessions of one `stored` page whose title holds `text`.
+
+        Case is ignored; a session without a title is searched by its first
+        prompt. Only one page's summaries are looked at (`limit` of them),
+        so a result may be empty while `next_cursor` says more may follow.
+
+        Raises:
+            PersistenceNotConfiguredError: no backend is active.
+            InvalidCursorError: `cursor` is not one `stored` returned.
+            InvalidListFilterError: an unknown status.
+        """
+        where = list_filter(status=status)
+        backend = self._hooks.require_persistence()
+        return await search_titles(
+            backend, text, limit=limit, cursor=cursor, where=where
+        )
 
     def fork(self, source_id: str, at_seq: int, new_id: str | None = None) -> Session:
         """Start a new session from the first `at_seq` events of a live one.

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.config import Config
@@ -28,8 +29,10 @@ from turnkeep.errors import (
 )
 from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
 from turnkeep.host import Host
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
 from turnkeep_postgres import PostgresPersistence
+from turnkeep_postgres.schema import commit_channel
 
 pytestmark = pytest.mark.postgres
 
@@ -280,6 +283,81 @@ async def test_list_is_served_by_its_index(
         nodes = list(walk(plan))
         assert any(n.get("Index Name") == "sessions_by_update" for n in nodes), plan
         assert not any(n["Node Type"] in ("Sort", "Seq Scan") for n in nodes), plan
+
+
+@pytest.mark.asyncio
+async def test_filtered_lists_are_served_by_an_index(
+    store: PostgresPersistence, raw_conn: Callable[[], psycopg.Connection[Any]]
+) -> None:
+    await store.create(meta("seed"))
+    await store.append("seed", turn(0, "seed"))
+    conn = raw_conn()
+    conn.execute(
+        "INSERT INTO sessions (id, format_version, header, summary, updated_at,"
+        " next_seq) SELECT 'bulk-' || g, 1, json_build_object('id', 'bulk-' || g),"
+        " json_build_object('status', (ARRAY['idle', 'closed', 'failed'])[g % 3 + 1]"
+        " ), g % 700, 1 FROM generate_series(1, 5000) AS g"
+    )
+    conn.execute("ANALYZE sessions")
+    page = await store.list(limit=50, where=ListFilter(statuses={"failed"}))
+    assert page.next_cursor is not None
+    assert {m.summary.status for m in page.items} == {"failed"}
+    queries = opened_queries(store)
+    window = {"lower": 100, "upper": 600, "limit": 51}
+    after = {"updated_at": 350, "id": "bulk-9"}
+    for query, params, index in (
+        (queries.list_window_first, window, "sessions_by_update"),
+        (queries.list_window_after, window | after, "sessions_by_update"),
+        (
+            queries.list_status_first,
+            window | {"status": "failed"},
+            "sessions_by_status",
+        ),
+        (
+            queries.list_status_after,
+            window | after | {"status": "failed"},
+            "sessions_by_status",
+        ),
+    ):
+        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        nodes = list(walk(plan))
+        assert any(n.get("Index Name") == index for n in nodes), plan
+        assert not any(n["Node Type"] in ("Sort", "Seq Scan") for n in nodes), [
+            (n["Node Type"], n.get("Index Name"), index) for n in nodes
+        ]
+
+
+@pytest.mark.asyncio
+async def test_commits_are_notified_from_their_transaction_and_wake_followers(
+    open_store: Callable[..., PostgresPersistence],
+    raw_conn: Callable[[], psycopg.Connection[Any]],
+    schema: str,
+) -> None:
+    writer, follower = open_store(), open_store()
+    await writer.create(meta("followed"))
+    first = turn(0, "first")
+    await writer.append("followed", first)
+    listener = raw_conn()
+    listener.execute(
+        sql.SQL("LISTEN {}").format(sql.Identifier(commit_channel(schema)))
+    )
+    conn = raw_conn()
+    # A write rolled back drops the NOTIFY its trigger queued.
+    with conn.transaction(force_rollback=True):
+        conn.execute(
+            "UPDATE sessions SET next_seq = next_seq + 5 WHERE id = 'followed'"
+        )
+    assert [n.payload for n in listener.notifies(timeout=0.5)] == []
+    waiting = asyncio.ensure_future(follower.wait_for_commit("followed", 1, 10.0))
+    await asyncio.sleep(0.3)
+    await writer.append("followed", turn(2, "second"))
+    assert await asyncio.wait_for(waiting, 5.0) == 3
+    heard = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert heard == ["3 followed"]  # the commit's last seq and the id
+    await writer.delete("followed")
+    assert [n.payload for n in listener.notifies(timeout=0.5)] == ["-1 followed"]
 
 
 def opened_queries(store: PostgresPersistence) -> Any:

@@ -101,6 +101,7 @@ class TestPostgresBackend(PersistenceContract):
     supports_lost_acknowledgement = True
     supports_held = True
     supports_load_after = True
+    supports_wait_for_commit = True
     supports_owner_death = True
 
     @pytest.fixture

@@ -279,3 +279,31 @@ async def test_paused_owner_is_fenced_soak(
     spawn_worker: SpawnWorker,
 ) -> None:
     await _fencing(4000, 1000, pg_config(), rng, spawn_worker)
+
+
+@pytest.mark.asyncio
+async def test_a_follower_hears_each_commit_of_another_process(
+    pg_config: Callable[..., PostgresConfig], spawn_worker: SpawnWorker
+) -> None:
+    config = pg_config()
+    writer = spawn_worker()
+    writer.call(op="open", dsn=config.dsn, schema=config.schema)
+    assert "error" not in writer.call(op="create", id="followed")
+    last = writer.call(op="append", id="followed", seq0=0, turn=0, seed=SEED)["result"]
+    last -= 1
+    follower = PostgresPersistence(config)
+    try:
+        for turn in range(1, 4):
+            waiting = asyncio.ensure_future(
+                follower.wait_for_commit("followed", last, 30.0)
+            )
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            reply = writer.call(
+                op="append", id="followed", seq0=last + 1, turn=turn, seed=SEED
+            )
+            last += reply["result"]
+            assert await asyncio.wait_for(waiting, 10.0) == last
+    finally:
+        await follower.aclose()
+        writer.stop()

@@ -33,6 +33,7 @@ from turnkeep.errors import (
 )
 from turnkeep.events import TurnEndData, UserMessageData
 from turnkeep.host import Host
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import ForkPoint, SessionHeader, SessionSummary
 from turnkeep_sqlite import (
     SqliteConfig,
@@ -185,6 +186,26 @@ async def test_the_list_query_is_served_by_its_index(
         assert "sessions_recent" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
         assert "events" not in plan, plan
+
+
+@pytest.mark.asyncio
+async def test_filtered_lists_are_served_by_an_index(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    for n in range(20):
+        await _stored(store, f"s{n}")
+    conn = raw_db()
+    conn.execute("ANALYZE")
+    window = ListFilter(updated_after=1, updated_before=10**13)
+    for status, index in ((None, "sessions_recent"), ("idle", "sessions_by_status")):
+        for after in (None, (5, "s3")):
+            sql, args = reads.filter_query(status, window, after, 10)
+            plan = " | ".join(
+                r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", args)
+            )
+            assert index in plan, plan
+            assert "TEMP B-TREE" not in plan, plan
+            assert "events" not in plan, plan
 
 
 @pytest.mark.asyncio

@@ -29,6 +29,7 @@ class TestSqliteBackend(PersistenceContract):
     supports_lost_acknowledgement = True
     supports_held = True
     supports_load_after = True
+    supports_wait_for_commit = True
     supports_owner_death = True
 
     @pytest.fixture

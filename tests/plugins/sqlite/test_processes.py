@@ -245,3 +245,32 @@ async def test_a_killed_owner_frees_its_sessions_at_once(
             await zombie.aclose()
     finally:
         await other.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_follower_wakes_at_each_commit_of_another_process(
+    tmp_path: Path, spawn_worker: SpawnWorker
+) -> None:
+    path = tmp_path / "store" / "s.sqlite3"
+    writer = spawn_worker()
+    writer.call(op="open", path=str(path))
+    assert "error" not in writer.call(op="create", id="followed")
+    last = writer.call(op="append", id="followed", seq0=0, turn=0, seed=SEED)["result"]
+    last -= 1
+    follower = SqlitePersistence(SqliteConfig(path=path))
+    try:
+        for turn in range(1, 4):
+            waiting = asyncio.ensure_future(
+                follower.wait_for_commit("followed", last, 30.0)
+            )
+            await asyncio.sleep(0.1)
+            assert not waiting.done()
+            reply = writer.call(
+                op="append", id="followed", seq0=last + 1, turn=turn, seed=SEED
+            )
+            last += reply["result"]
+            assert await asyncio.wait_for(waiting, 10.0) == last
+        assert await follower.wait_for_commit("followed", last, 0.2) == last
+    finally:
+        await follower.aclose()
+        writer.stop()

@@ -17,6 +17,7 @@ from turnkeep.cli import (
     migrate,
     plugins,
     retention,
+    serve,
     sessions,
     view,
 )
@@ -57,5 +58,6 @@ for _module in (
     plugins,
     dev,
     conformance,
+    serve,
 ):
     _module.register(cli)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
@@ -23,9 +23,18 @@ import attrs
 import click
 import msgspec
 
+from turnkeep.cli import import_codex, import_pi
 from turnkeep.cli.files import write_private
-from turnkeep.cli.importers import Plan, Step, plan_messages
-from turnkeep.cli.jsoninput import check_text, input_error, read_items
+from turnkeep.cli.importers import plan_messages
+from turnkeep.cli.importplan import Plan, Step
+from turnkeep.cli.jsoninput import (
+    Record,
+    check_text,
+    first_object,
+    input_error,
+    read_items,
+    read_records,
+)
 from turnkeep.cli.output import clean, emit_json
 from turnkeep.cli.runtime import (
     Opened,
@@ -145,6 +154,9 @@ class _ReplayClock:
         return value if value is not None else now_ms()
 
 
+_FORMATS: Final = ("auto", import_pi.FORMAT, import_codex.FORMAT)
+
+
 class _Imported(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     format: str
@@ -158,6 +170,8 @@ class _Imported(msgspec.Struct, frozen=True, kw_only=True):
     "  turnkeep import session.jsonl                # a turnkeep export\n"
     "  turnkeep import messages.json --id from-chat # OpenAI chat messages\n"
     "  turnkeep import items.json --title 'Agents SDK run'\n"
+    "  turnkeep import ~/.pi/agent/sessions/--home-me-app--/2026-...jsonl\n"
+    "  turnkeep import ~/.codex/sessions/2026/12/01/rollout-...jsonl\n"
     "  cat messages.json | turnkeep import -",
 )
 @click.argument("source", metavar="FILE", type=click.File("rb"))
@@ -166,18 +180,31 @@ class _Imported(msgspec.Struct, frozen=True, kw_only=True):
 )
 @click.option("--title", help="The new session's title.")
 @click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default="auto",
+    show_default=True,
+    help="Read FILE as a pi session or a Codex rollout (auto: detect).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print what was imported as JSON."
 )
 @common_options
 def import_(
-    source: BinaryIO, new_id: str | None, title: str | None, as_json: bool
+    source: BinaryIO,
+    new_id: str | None,
+    title: str | None,
+    fmt: str,
+    as_json: bool,
 ) -> None:
-    """Create a new session from an export or a list of chat messages.
+    """Create a new session from an export or another agent's conversation.
 
-    Accepts turnkeep exports, the OpenAI chat `messages` shape and the
-    OpenAI Agents SDK's session items. Imported user content is marked
-    untrusted (context, not the user's instruction); imported tool calls
-    are recorded with their results, never run.
+    Accepts turnkeep exports, the OpenAI chat `messages` shape, the OpenAI
+    Agents SDK's session items, pi session files and Codex rollouts.
+    Imported user content is marked untrusted (context, not the user's
+    instruction); imported tool calls are recorded with their results,
+    never run.
     """
     data: bytes = source.read()
     name = _source_name(source)
@@ -188,7 +215,7 @@ def import_(
         async with open_store(clock=clock) as store:
             host = store.host
             # Read before anything is stored: bad input changes nothing.
-            plan, meta_in = _plan(data, name, host.codec)
+            plan, meta_in = _plan(data, name, host.codec, fmt)
             async with about(target):
                 if await store.backend.has(target):
                     fail(f"session {target!r} already exists; choose another --id")
@@ -228,7 +255,9 @@ async def _store(
     created = now_ms()
     prompt = meta_in.summary.first_prompt if meta_in else plan.first_prompt
     first_line = prompt.strip().splitlines()[0] if prompt and prompt.strip() else ""
-    chosen = title or (meta_in.summary.title if meta_in else None) or first_line[:80]
+    chosen = (
+        title or (meta_in.summary.title if meta_in else plan.title) or first_line[:80]
+    )
     summary = SessionSummary(
         updated_at=created,
         title=host.redact_text(chosen) if chosen else None,
@@ -236,13 +265,14 @@ async def _store(
         status="idle",
     )
     header = SessionHeader(
-        id=target, created_at=created, cwd=meta_in.header.cwd if meta_in else None
+        id=target, created_at=created, cwd=meta_in.header.cwd if meta_in else plan.cwd
     )
     session = host.sessions.create(
         target, meta=SessionMeta(header=header, summary=summary)
     )
     try:
-        for (kind, payload), time in zip(plan.steps, _times(plan), strict=True):
+        times = plan.times or [None] * len(plan.steps)
+        for (kind, payload), time in zip(plan.steps, times, strict=True):
             clock.upcoming = time
             if host.codec.kinds.get(type(payload)) is kind:
                 session.append(payload)
@@ -263,24 +293,20 @@ def _source_name(source: BinaryIO) -> str:
     return name if isinstance(name, str) and name != "<stdin>" else "stdin"
 
 
-@attrs.define
-class _ExportPlan(Plan):
-    times: list[int] = attrs.field(factory=list[int])
-
-
-def _times(plan: Plan) -> Sequence[int | None]:
-    if isinstance(plan, _ExportPlan):
-        return plan.times
-    return [None] * len(plan.steps)
-
-
-def _plan(data: bytes, name: str, codec: EventCodec) -> tuple[Plan, SessionMeta | None]:
-    """What importing `data` (the file `name`) appends.
+def _plan(
+    data: bytes, name: str, codec: EventCodec, fmt: str = "auto"
+) -> tuple[Plan, SessionMeta | None]:
+    """What importing `data` (the file `name`) appends, read as `fmt`.
 
     Raises:
         ImportInputError: the file cannot be read (naming its line).
     """
     data = check_text(data, name)
+    opening = first_object(data)
+    if fmt == import_pi.FORMAT or (fmt == "auto" and import_pi.is_pi(opening)):
+        return _plan_log(data, name, "pi session", import_pi.plan_pi), None
+    if fmt == import_codex.FORMAT or (fmt == "auto" and import_codex.is_codex(opening)):
+        return _plan_log(data, name, "Codex rollout", import_codex.plan_codex), None
     first, _, rest = data.partition(b"\n")
     try:
         probe = msgspec.json.decode(first, type=_Probe)
@@ -295,18 +321,35 @@ def _plan(data: bytes, name: str, codec: EventCodec) -> tuple[Plan, SessionMeta 
                 raise
             line = items.line_of(exc.item)
             raise input_error(name, line, str(exc), item=exc.item) from None
-        if not plan.steps:
-            skipped = ", ".join(
-                f"{n} {what}" for what, n in sorted(plan.skipped.items())
-            )
-            raise input_error(
-                name,
-                1,
-                "the file holds no conversation to import"
-                + (f" (skipped {skipped})" if skipped else ""),
-            )
-        return plan, None
+        return _nonempty(plan, name), None
     return _plan_export(probe, first, rest, name, codec)
+
+
+def _plan_log(
+    data: bytes,
+    name: str,
+    what: str,
+    planner: Callable[[Sequence[Record]], Plan],
+) -> Plan:
+    """The plan of another agent's JSON-lines log, its bad line named."""
+    records = read_records(data, name, what)
+    try:
+        plan = planner(records)
+    except ImportInputError as exc:
+        raise input_error(name, exc.line or 1, str(exc)) from None
+    return _nonempty(plan, name)
+
+
+def _nonempty(plan: Plan, name: str) -> Plan:
+    if not plan.steps:
+        skipped = ", ".join(f"{n} {what}" for what, n in sorted(plan.skipped.items()))
+        raise input_error(
+            name,
+            1,
+            "the file holds no conversation to import"
+            + (f" (skipped {skipped})" if skipped else ""),
+        )
+    return plan
 
 
 def _plan_export(
@@ -349,7 +392,7 @@ def _plan_export(
             f"the export of {header.meta.id!r} holds an event this turnkeep "
             f"cannot read: {exc}",
         ) from None
-    plan = _ExportPlan(format=EXPORT_FORMAT)
+    plan = Plan(format=EXPORT_FORMAT)
     for event in events:
         step: Step = (type(event), event.data)
         if isinstance(event, UserMessage):

@@ -22,64 +22,30 @@ types without an event (reasoning, hosted tool calls) are skipped and
 counted. An item of the wrong shape (not an object, neither `role` nor
 `type`, a field of the wrong JSON type, a call without its id or name) is
 refused with `ImportInputError` naming the item, before anything is stored;
-`turnkeep.cli.jsoninput` reads the bytes and finds the item's line.
+`turnkeep.cli.jsoninput` reads the bytes and finds the item's line. The
+rules every import keeps (turns, pairs, the untrusted mark) are
+`turnkeep.cli.importplan.Builder`'s.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from types import UnionType
-from typing import Any, Final, cast
+from typing import Any, cast
 
 import attrs
-import msgspec
 
+from turnkeep.cli.importplan import (
+    NO_RESULT_OUTPUT,
+    Builder,
+    Plan,
+    content_text,
+    needs,
+    wrong,
+)
 from turnkeep.cli.jsoninput import json_type
 from turnkeep.errors import ImportInputError
-from turnkeep.events import (
-    AssistantMessage,
-    AssistantMessageData,
-    SessionEvent,
-    ToolCall,
-    ToolCallData,
-    ToolResult,
-    ToolResultData,
-    TurnEnd,
-    TurnEndData,
-    TurnStart,
-    TurnStartData,
-    UserMessage,
-    UserMessageData,
-)
 
-__all__ = ["NO_RESULT_OUTPUT", "Plan", "Step", "plan_messages"]
-
-NO_RESULT_OUTPUT: Final = (
-    "[imported] The imported conversation recorded no result for this call; "
-    "its outcome is unknown."
-)
-
-Step = tuple[type[SessionEvent], object]
-"""One event to append: its class and its payload."""
-
-
-@attrs.define
-class Plan:
-    """What an import will append, and what it left out.
-
-    Attributes:
-        format: the detected shape (`openai-chat`, `openai-agents`,
-            `messages`).
-        steps: the events to append, in order.
-        skipped: items left out, by reason.
-        first_prompt: the first user message's text.
-    """
-
-    format: str
-    steps: list[Step] = attrs.field(factory=list[Step])
-    skipped: Counter[str] = attrs.field(factory=Counter[str])
-    first_prompt: str | None = None
+__all__ = ["NO_RESULT_OUTPUT", "plan_messages"]
 
 
 def plan_messages(items: Iterable[object]) -> Plan:
@@ -89,7 +55,8 @@ def plan_messages(items: Iterable[object]) -> Plan:
         ImportInputError: an item is not a JSON object, or a field of it has
             the wrong type or is missing (`item` is its index).
     """
-    builder = _Builder()
+    builder = Builder()
+    shape = _Shape()
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise ImportInputError(
@@ -99,8 +66,11 @@ def plan_messages(items: Iterable[object]) -> Plan:
         problem = _problem(fields)
         if problem is not None:
             raise ImportInputError(f"item #{index}: {problem}", item=index)
-        builder.add(fields)
-    return builder.finish()
+        _add(builder, shape, fields)
+    fmt = (
+        "openai-chat" if shape.chat else "openai-agents" if shape.agents else "messages"
+    )
+    return builder.finish(fmt)
 
 
 def _problem(item: Mapping[str, Any]) -> str | None:
@@ -108,19 +78,19 @@ def _problem(item: Mapping[str, Any]) -> str | None:
     kind, role = item.get("type"), item.get("role")
     if kind is None and role is None:
         return "has neither `role` nor `type` (not a chat message or session item)"
-    wrong = _wrong(item, "type", str, "a string") or _wrong(
+    problem = wrong(item, "type", str, "a string") or wrong(
         item, "role", str, "a string"
     )
-    if wrong is not None:
-        return wrong
+    if problem is not None:
+        return problem
     if kind == "function_call":
         return (
-            _needs(item, "call_id")
-            or _needs(item, "name")
-            or _wrong(item, "arguments", str | dict, "a string or an object")
+            needs(item, "call_id")
+            or needs(item, "name")
+            or wrong(item, "arguments", str | dict, "a string or an object")
         )
     if kind == "function_call_output":
-        return _needs(item, "call_id")
+        return needs(item, "call_id")
     if kind not in (None, "message"):
         return None  # an item type without an event: skipped, whatever its shape
     content = item.get("content")
@@ -135,7 +105,7 @@ def _problem(item: Mapping[str, Any]) -> str | None:
                 f"`content[{n}]` must be a string or an object, not {json_type(part)}"
             )
     if role == "tool":
-        return _needs(item, "tool_call_id")
+        return needs(item, "tool_call_id")
     if role == "assistant":
         return _tool_calls_problem(item.get("tool_calls"))
     return None
@@ -156,9 +126,9 @@ def _tool_calls_problem(calls: object) -> str | None:
             return f"`{where}.function` must be an object, not {json_type(function)}"
         fn = cast("dict[str, Any]", function)
         problem = (
-            _wrong(call, "id", str, "a string", where)
-            or _needs(fn, "name", f"{where}.function")
-            or _wrong(
+            wrong(call, "id", str, "a string", where)
+            or needs(fn, "name", f"{where}.function")
+            or wrong(
                 fn,
                 "arguments",
                 str | dict,
@@ -171,202 +141,56 @@ def _tool_calls_problem(calls: object) -> str | None:
     return None
 
 
-def _needs(item: Mapping[str, Any], field: str, where: str = "") -> str | None:
-    value = item.get(field)
-    if value is None:
-        return f"`{_path(where, field)}` is missing"
-    return _wrong(item, field, str, "a string", where)
-
-
-def _wrong(
-    item: Mapping[str, Any],
-    field: str,
-    kind: type | UnionType,
-    what: str,
-    where: str = "",
-) -> str | None:
-    value = item.get(field)
-    if value is None or isinstance(value, kind):
-        return None
-    return f"`{_path(where, field)}` must be {what}, not {json_type(value)}"
-
-
-def _path(where: str, field: str) -> str:
-    return f"{where}.{field}" if where else field
-
-
 @attrs.define
-class _Builder:
-    steps: list[Step] = attrs.field(factory=list[Step])
-    skipped: Counter[str] = attrs.field(factory=Counter[str])
-    turn: int = 0
-    open: bool = False
-    calls: list[str] = attrs.field(factory=list[str])  # this turn's unanswered
-    known: set[str] = attrs.field(factory=set[str])
-    answered: set[str] = attrs.field(factory=set[str])
-    first_prompt: str | None = None
+class _Shape:
+    """Which of the two outside shapes the items showed."""
+
     chat: bool = False
     agents: bool = False
 
-    def add(self, item: dict[str, Any]) -> None:
-        kind = item.get("type")
-        role = item.get("role")
-        if kind == "function_call":
-            self.agents = True
-            self.call(item.get("call_id"), item.get("name"), item.get("arguments"))
-        elif kind == "function_call_output":
-            self.agents = True
-            self.result(item.get("call_id"), _text(item.get("output")))
-        elif kind not in (None, "message"):
-            self.skipped[f"{kind} items"] += 1
-        elif role == "user":
-            self.agents = self.agents or kind == "message" or _has_parts(item)
-            self.user(_text(item.get("content")))
-        elif role == "assistant":
-            self.agents = self.agents or kind == "message"
-            self.assistant(item)
-        elif role == "tool":
-            self.chat = True
-            self.result(item.get("tool_call_id"), _text(item.get("content")))
-        elif role in ("system", "developer"):
-            self.skipped[f"{role} messages"] += 1
-        else:
-            self.skipped[f"{role or 'unrecognised'} items"] += 1
 
-    def ensure_turn(self) -> None:
-        if not self.open:
-            self.turn += 1
-            self.open = True
-            self.steps.append((TurnStart, TurnStartData(turn=self.turn)))
+def _add(builder: Builder, shape: _Shape, item: dict[str, Any]) -> None:
+    kind = item.get("type")
+    role = item.get("role")
+    if kind == "function_call":
+        shape.agents = True
+        builder.call(item.get("call_id"), item.get("name"), item.get("arguments"))
+    elif kind == "function_call_output":
+        shape.agents = True
+        builder.result(item.get("call_id"), content_text(item.get("output")))
+    elif kind not in (None, "message"):
+        builder.skipped[f"{kind} items"] += 1
+    elif role == "user":
+        shape.agents = shape.agents or kind == "message" or _has_parts(item)
+        builder.user(content_text(item.get("content")))
+    elif role == "assistant":
+        shape.agents = shape.agents or kind == "message"
+        _assistant(builder, shape, item)
+    elif role == "tool":
+        shape.chat = True
+        builder.result(item.get("tool_call_id"), content_text(item.get("content")))
+    elif role in ("system", "developer"):
+        builder.skipped[f"{role} messages"] += 1
+    else:
+        builder.skipped[f"{role or 'unrecognised'} items"] += 1
 
-    def end_turn(self) -> None:
-        if not self.open:
-            return
-        for call_id in self.calls:
-            self.steps.append(
-                (
-                    ToolResult,
-                    ToolResultData(
-                        call_id=call_id, output=NO_RESULT_OUTPUT, status="interrupted"
-                    ),
-                )
+
+def _assistant(builder: Builder, shape: _Shape, item: Mapping[str, Any]) -> None:
+    builder.ensure_turn()
+    text = content_text(item.get("content"))
+    tool_calls = item.get("tool_calls")
+    if text or not tool_calls:
+        builder.assistant(text)
+    if isinstance(tool_calls, list):
+        shape.chat = True
+        for raw_call in cast("list[object]", tool_calls):
+            call = (
+                cast("dict[str, Any]", raw_call) if isinstance(raw_call, dict) else {}
             )
-            self.answered.add(call_id)
-        self.calls.clear()
-        self.steps.append((TurnEnd, TurnEndData(turn=self.turn, status="completed")))
-        self.open = False
-
-    def user(self, text: str) -> None:
-        self.end_turn()
-        self.ensure_turn()
-        if self.first_prompt is None:
-            self.first_prompt = text
-        self.steps.append((UserMessage, UserMessageData(text=text, untrusted=True)))
-
-    def assistant(self, item: Mapping[str, Any]) -> None:
-        self.ensure_turn()
-        text = _text(item.get("content"))
-        tool_calls = item.get("tool_calls")
-        if text or not tool_calls:
-            self.steps.append((AssistantMessage, AssistantMessageData(text=text)))
-        if isinstance(tool_calls, list):
-            self.chat = True
-            for raw_call in cast("list[object]", tool_calls):
-                call = (
-                    cast("dict[str, Any]", raw_call)
-                    if isinstance(raw_call, dict)
-                    else {}
-                )
-                function = call.get("function")
-                fn = (
-                    cast("dict[str, Any]", function)
-                    if isinstance(function, dict)
-                    else {}
-                )
-                self.call(call.get("id"), fn.get("name"), fn.get("arguments"))
-
-    def call(self, call_id: object, name: object, arguments: object) -> None:
-        self.ensure_turn()
-        ident = str(call_id) if call_id else f"imported-{len(self.known) + 1}"
-        if ident in self.known:
-            self.skipped["repeated tool calls"] += 1
-            return
-        self.known.add(ident)
-        self.calls.append(ident)
-        self.steps.append(
-            (
-                ToolCall,
-                ToolCallData(
-                    call_id=ident,
-                    name=str(name) if name else "unknown",
-                    arguments=_arguments(arguments),
-                ),
-            )
-        )
-
-    def result(self, call_id: object, output: str) -> None:
-        ident = str(call_id) if call_id else ""
-        if ident not in self.known or ident in self.answered:
-            self.skipped["tool results without a matching call"] += 1
-            return
-        self.ensure_turn()
-        self.answered.add(ident)
-        if ident in self.calls:
-            self.calls.remove(ident)
-        self.steps.append((ToolResult, ToolResultData(call_id=ident, output=output)))
-
-    def finish(self) -> Plan:
-        self.end_turn()
-        fmt = (
-            "openai-chat"
-            if self.chat
-            else "openai-agents"
-            if self.agents
-            else "messages"
-        )
-        return Plan(
-            format=fmt,
-            steps=self.steps,
-            skipped=self.skipped,
-            first_prompt=self.first_prompt,
-        )
+            function = call.get("function")
+            fn = cast("dict[str, Any]", function) if isinstance(function, dict) else {}
+            builder.call(call.get("id"), fn.get("name"), fn.get("arguments"))
 
 
 def _has_parts(item: Mapping[str, Any]) -> bool:
     return isinstance(item.get("content"), list)
-
-
-def _text(content: object) -> str:
-    """The text of a content value: a string, or a list of typed parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        pieces: list[str] = []
-        for raw_part in cast("list[object]", content):
-            if isinstance(raw_part, str):
-                pieces.append(raw_part)
-                continue
-            if not isinstance(raw_part, dict):
-                continue
-            part = cast("dict[str, Any]", raw_part)
-            text = part.get("text")
-            if isinstance(text, str):
-                pieces.append(text)
-            elif part.get("type") is not None:
-                pieces.append(f"[{part['type']} omitted]")
-        return "\n".join(pieces)
-    return msgspec.json.encode(content).decode()
-
-
-def _arguments(arguments: object) -> dict[str, Any]:
-    value: object = arguments
-    if isinstance(arguments, str):
-        try:
-            value = msgspec.json.decode(arguments) if arguments.strip() else {}
-        except msgspec.DecodeError:
-            return {"raw": arguments}
-    if isinstance(value, dict):
-        return cast("dict[str, Any]", value)
-    return {"value": value}

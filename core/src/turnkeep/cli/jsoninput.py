@@ -7,20 +7,33 @@ not UTF-8, nested deeper than `MAX_DEPTH`, not JSON, or not the expected
 shape. The depth is checked before decoding, by a scan that never recurses,
 so no input reaches a recursion limit (nor is stored so deep that reading
 it back could). Line numbers of items are found only when one is reported.
+Other agents' logs (pi sessions, Codex rollouts) are read line by line with
+`read_records`, which names a bad line and says when the last one is cut
+short.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import attrs
 import msgspec
 
 from turnkeep.errors import ImportInputError
 
-__all__ = ["MAX_DEPTH", "Items", "check_text", "input_error", "line_at", "read_items"]
+__all__ = [
+    "MAX_DEPTH",
+    "Items",
+    "Record",
+    "check_text",
+    "first_object",
+    "input_error",
+    "line_at",
+    "read_items",
+    "read_records",
+]
 
 MAX_DEPTH: Final = 200
 """The deepest nesting of lists and objects an import accepts."""
@@ -31,7 +44,8 @@ _AT_BYTE: Final = re.compile(r"\s*\(byte (\d+)\)")
 _BOM: Final = b"\xef\xbb\xbf"
 _EXPECTED: Final = (
     "expected a turnkeep export, a JSON list of chat messages or session "
-    "items, a request body with a `messages` list, or JSON lines"
+    "items, a request body with a `messages` list, or JSON lines (a pi "
+    "session, a Codex rollout)"
 )
 
 
@@ -156,6 +170,62 @@ def _json_lines(data: bytes, name: str, whole: msgspec.DecodeError) -> Items:
             ) from None
         lines.append(number)
     return Items(data=data, values=values, lines=lines)
+
+
+Record = tuple[int, dict[str, Any]]
+"""One line of a JSON-lines log: its 1-based number and its object."""
+
+
+def first_object(data: bytes) -> dict[str, Any] | None:
+    """The first non-blank line of `data` as a JSON object, if it is one."""
+    for line in data.split(b"\n"):
+        if line.strip():
+            try:
+                value: object = msgspec.json.decode(line)
+            except msgspec.DecodeError:
+                return None
+            return cast("dict[str, Any]", value) if isinstance(value, dict) else None
+    return None
+
+
+def read_records(data: bytes, name: str, what: str) -> list[Record]:
+    """Every non-blank line of the log `data` (a `what`), each a JSON object.
+
+    `data` has passed `check_text`.
+
+    Raises:
+        ImportInputError: a line is not JSON, or not an object (its number
+            named); a last line cut short says so.
+    """
+    lines = data.split(b"\n")
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+    records: list[Record] = []
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        number = index + 1
+        try:
+            value: object = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            if index == last and "truncated" in str(exc):
+                problem = (
+                    f"the last line is cut short (the {what} ends inside a record, "
+                    "as when it is copied while being written); remove that line "
+                    "to import the rest"
+                )
+            else:
+                problem = (
+                    f"not JSON ({_plain(exc)}); each line of a {what} is a JSON object"
+                )
+            raise input_error(name, number, problem) from None
+        if not isinstance(value, dict):
+            raise input_error(
+                name,
+                number,
+                f"found {json_type(value)}; each line of a {what} is a JSON object",
+            )
+        records.append((number, cast("dict[str, Any]", value)))
+    return records
 
 
 def _plain(exc: msgspec.DecodeError) -> str:

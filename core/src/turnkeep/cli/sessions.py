@@ -1,6 +1,7 @@
 """Listing and managing stored sessions: `ls`, `title`, `rm`, `fork`.
 
-`ls` reads summaries only (the backend's paged `list`), never logs; a
+`ls` reads summaries only (the backend's paged `list`, filtered by status
+and update time where the backend keeps its index), never logs; a
 session whose summary says a turn is running but that no live process
 holds (it crashed mid-turn) is shown `interrupted` (`turnkeep.listing`:
 one liveness probe per page, for its running sessions only). `title`
@@ -35,6 +36,7 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 from turnkeep.ids import new_session_id, validate_session_id
+from turnkeep.listfilter import ListFilter, parse_statuses, parse_time
 from turnkeep.listing import list_sessions
 from turnkeep.meta import (
     ForkPoint,
@@ -95,6 +97,8 @@ class _Page(msgspec.Struct, frozen=True, kw_only=True):
     "  turnkeep ls\n"
     "  turnkeep ls --limit 50 --json\n"
     "  turnkeep ls --cursor <cursor printed by the previous page>\n"
+    "  turnkeep ls --status interrupted,failed\n"
+    "  turnkeep ls --updated-after 2026-12-01 --updated-before 2026-12-01T18:00\n"
     "  turnkeep --store sqlite:./sessions.db ls --all",
 )
 @click.option(
@@ -106,24 +110,57 @@ class _Page(msgspec.Struct, frozen=True, kw_only=True):
 )
 @click.option("--cursor", help="Continue after the page that printed this cursor.")
 @click.option("--all", "every", is_flag=True, help="Print every page.")
+@click.option(
+    "--status",
+    "status",
+    metavar="STATUS[,STATUS...]",
+    help="Only sessions of these statuses (active, idle, interrupted, failed, closed).",
+)
+@click.option(
+    "--updated-after",
+    metavar="TIME",
+    help="Only sessions updated after TIME (ISO 8601, local time unless it has an "
+    "offset; or epoch milliseconds).",
+)
+@click.option(
+    "--updated-before", metavar="TIME", help="Only sessions updated before TIME."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @common_options
-def ls(limit: int, cursor: str | None, every: bool, as_json: bool) -> None:
+def ls(
+    limit: int,
+    cursor: str | None,
+    every: bool,
+    status: str | None,
+    updated_after: str | None,
+    updated_before: str | None,
+    as_json: bool,
+) -> None:
     """List stored sessions, newest first (summaries only; logs are not read).
 
     Each row: id, title (or first prompt), last update, completed turns,
     status, and the size of the stored events. A session whose turn was
     cut off by a crash (no live process holds it) shows as interrupted.
+    Filters are applied by the store; pass the same ones with --cursor.
     """
 
     async def body() -> int:
+        where = ListFilter(
+            statuses=None if status is None else parse_statuses(status),
+            updated_after=None if updated_after is None else parse_time(updated_after),
+            updated_before=None
+            if updated_before is None
+            else parse_time(updated_before),
+        )
         async with open_store() as store:
             metas: list[SessionMeta] = []
-            page = await list_sessions(store.backend, limit=limit, cursor=cursor)
+            page = await list_sessions(
+                store.backend, limit=limit, cursor=cursor, where=where
+            )
             metas.extend(page.items)
             while every and page.next_cursor is not None:
                 page = await list_sessions(
-                    store.backend, limit=limit, cursor=page.next_cursor
+                    store.backend, limit=limit, cursor=page.next_cursor, where=where
                 )
                 metas.extend(page.items)
         if as_json:
@@ -131,7 +168,7 @@ def ls(limit: int, cursor: str | None, every: bool, as_json: bool) -> None:
                 _Page(sessions=[row(m) for m in metas], next_cursor=page.next_cursor)
             )
             return 0
-        _print_table(metas)
+        _print_table(metas, filtered=not where.is_empty)
         if page.next_cursor is not None:
             click.echo(f"more: turnkeep ls --cursor {page.next_cursor}", err=True)
         return 0
@@ -139,10 +176,10 @@ def ls(limit: int, cursor: str | None, every: bool, as_json: bool) -> None:
     execute(body)
 
 
-def _print_table(metas: list[SessionMeta]) -> None:
+def _print_table(metas: list[SessionMeta], *, filtered: bool = False) -> None:
     out = console()
     if not metas:
-        out.print("no sessions stored")
+        out.print("no sessions match" if filtered else "no sessions stored")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name, justify in (

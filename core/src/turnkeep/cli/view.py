@@ -1,10 +1,12 @@
 """Reading one session: `show` (the transcript) and `tail` (events as they land).
 
 Both only read. `tail` loads the session once (so damage anywhere in it is
-reported, as `show` does). `--follow` then polls the last durable seq and
-fetches only seqs it has not printed (`last_durable_seq`, `read_after`: a
-backend's incremental read, or a sliced `load` for one without it), so each
-poll costs the new events, not the session's size, and it keeps going
+reported, as `show` does). `--follow` then waits for the session's next
+commit (`turnkeep.follow.wait_for_commit`: the backend's own notification,
+or a poll of the last durable seq for a backend without one) and fetches
+only seqs it has not printed (`read_after`: a backend's incremental read,
+or a sliced `load` for one without it), so each wake costs the new
+events, not the session's size, and it keeps going
 while the writer crashes, restarts, or hands the session to another
 process: whatever becomes durable shows up once.
 """
@@ -33,19 +35,17 @@ from turnkeep.cli.sessions import SessionRow, row
 from turnkeep.cli.transcript import event_line, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
+from turnkeep.follow import has_commit_waiter, poll_for_commit, wait_for_commit
 from turnkeep.ids import validate_session_id
 from turnkeep.listing import with_liveness
-from turnkeep.persistence import (
-    LoadedSession,
-    SessionPersistence,
-    last_durable_seq,
-    read_after,
-)
+from turnkeep.persistence import LoadedSession, SessionPersistence, read_after
 
 __all__ = ["register"]
 
 _PAGE = 1000
 """Events fetched per `read_after` while catching up."""
+_WAIT = 5.0
+"""Seconds per wait for a commit (then the session is looked at anew)."""
 
 
 class _Shown(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,7 +165,8 @@ def _header(out: Console, loaded: LoadedSession) -> None:
     type=click.FloatRange(0.01),
     default=0.5,
     show_default=True,
-    help="Seconds between polls in follow mode.",
+    help="Seconds between polls in follow mode, for a store that cannot say "
+    "when a commit lands (and between retries while the session is missing).",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the stored event JSON lines."
@@ -239,9 +240,13 @@ async def _follow(
 ) -> None:
     notice: str | None = None
     while True:
-        await asyncio.sleep(interval)
         try:
-            last = await last_durable_seq(backend, session_id)
+            if has_commit_waiter(backend):
+                last = await wait_for_commit(backend, session_id, printed - 1, _WAIT)
+            else:
+                last = await poll_for_commit(
+                    backend, session_id, printed - 1, _WAIT, interval=interval
+                )
             if last + 1 < printed:
                 click.echo(
                     f"turnkeep: {clean(session_id)} now has {last + 1} events, "
@@ -258,6 +263,7 @@ async def _follow(
             if notice != type(exc).__name__:
                 notice = type(exc).__name__
                 click.echo(f"turnkeep: waiting: {clean(str(exc))}", err=True)
+            await asyncio.sleep(interval)
             continue
         notice = None
 

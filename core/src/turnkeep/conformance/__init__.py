@@ -28,9 +28,11 @@ from __future__ import annotations
 from ._append import AppendContract
 from ._damage import CrashTailContract, FormatVersionContract
 from ._delete import DeleteContract
+from ._follow import FollowContract
 from ._harness import BackendHarness, MakeBackend
 from ._held import HeldContract
 from ._ids import HOSTILE_IDS, IdsContract
+from ._listfilter import ListFilterContract
 from ._listing import ListContract
 from ._load import LoadContract
 from ._loadafter import LoadAfterContract
@@ -46,10 +48,12 @@ __all__ = [
     "BackendHarness",
     "CrashTailContract",
     "DeleteContract",
+    "FollowContract",
     "FormatVersionContract",
     "HeldContract",
     "IdsContract",
     "ListContract",
+    "ListFilterContract",
     "LoadAfterContract",
     "LoadContract",
     "MakeBackend",
@@ -66,6 +70,7 @@ class PersistenceContract(
     AppendContract,
     LoadContract,
     ListContract,
+    ListFilterContract,
     MetadataContract,
     SummaryAppendContract,
     DeleteContract,
@@ -77,5 +82,6 @@ class PersistenceContract(
     UnknownOutcomeContract,
     HeldContract,
     LoadAfterContract,
+    FollowContract,
 ):
     """Every contract at once."""

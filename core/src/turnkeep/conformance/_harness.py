@@ -75,6 +75,11 @@ class BackendHarness:
         supports_load_after: the backend has the optional `load_after` and
             `last_seq` methods.
         supports_owner_death: `kill_owner` is implemented.
+        supports_wait_for_commit: the backend has the optional
+            `wait_for_commit` method.
+        supports_list_filter: `list` takes `where=` and filters natively
+            (true by default; a backend written before filters existed
+            declares false, and the kit checks core's fallback over it).
         supports_summary_append: `append` takes `summary=` and stores it in
             the flush's own atomic unit (true by default; a backend written
             before `summary` existed declares false, and the write-behind
@@ -92,6 +97,8 @@ class BackendHarness:
     supports_load_after: ClassVar[bool] = False
     supports_owner_death: ClassVar[bool] = False
     supports_summary_append: ClassVar[bool] = True
+    supports_list_filter: ClassVar[bool] = True
+    supports_wait_for_commit: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 

@@ -24,7 +24,9 @@ import attrs
 from turnkeep.backup import BackupReport
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
 from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
+from turnkeep.follow import check_wait
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.maintenance import TailReport
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
@@ -33,6 +35,7 @@ from turnkeep.salvage import IntactLog
 from .backup import backup
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
+from .follow import wait_for_commit
 from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
 from .locks import held as holders
@@ -148,13 +151,41 @@ class JsonlPersistence:
         session_id = validate_session_id(session_id)
         return await self._run(self._impl.reads.last_seq, session_id)
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """One page of stored sessions, newest first, from the catalog."""
+    async def wait_for_commit(
+        self, session_id: str, after_seq: int, within: float
+    ) -> int:
+        """The last durable seq once past `after_seq`, or after `within` seconds.
+
+        Stats the log every few milliseconds (see `turnkeep_jsonl.follow`)
+        and reads its last control line only when the file changed.
+        """
+        check_wait(after_seq, within)
+        session_id = validate_session_id(session_id)
+        reads = self._impl.reads
+        return await wait_for_commit(
+            lambda: self.last_seq(session_id),
+            lambda: self._run(reads.log_path, session_id),
+            after_seq,
+            within,
+        )
+
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """One page of stored sessions (those `where` keeps), newest first.
+
+        From the catalog and the summaries of sessions that may have moved
+        on (held here, or open elsewhere); no log is parsed.
+        """
         if limit <= 0:
             raise ValueError("limit must be positive")
         after = decode_cursor(cursor) if cursor is not None else None
         ordered = await self._run(self._impl.ordered)
-        return page(ordered, limit=limit, after=after)
+        return page(ordered, limit=limit, after=after, where=where)
 
     async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
         """Whether a live owner holds each session (see `SessionPersistence`).

@@ -9,6 +9,7 @@ of a session this instance does not hold.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Final
 
 import attrs
@@ -159,6 +160,14 @@ class Unheld:
             raise storage_error(f"cannot read the log of {session_id!r}", exc) from exc
         finally:
             ops.close(fd)
+
+    def log_path(self, session_id: str) -> Path:
+        """Where the session's log is (for a follower to stat)."""
+        stem = session_name(session_id)
+        found = self.store.find(stem) if self.exists(stem) else None
+        if found is None:
+            raise SessionNotFoundError(f"no stored session {session_id!r}")
+        return self.store.path / found[0] / (stem + LOG_SUFFIX)
 
     def last_seq(self, session_id: str) -> int:
         """The last durable seq, from the log's last control line."""

@@ -38,11 +38,14 @@ from turnkeep.errors import (
     StorageError,
     TurnkeepError,
 )
+from turnkeep.follow import check_wait
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep_postgres import reads, writes
 from turnkeep_postgres.config import PostgresConfig
+from turnkeep_postgres.follow import CommitListener
 from turnkeep_postgres.schema import check_server, configure_connection, migrate
 from turnkeep_postgres.sqlerrors import connection_lost, describe_server, storage_error
 from turnkeep_postgres.statements import Queries
@@ -87,6 +90,7 @@ class PostgresPersistence:
     _pid: int = attrs.field(init=False, factory=os.getpid)
     _opened: _Opened | None = attrs.field(init=False, default=None)
     _opening: asyncio.Lock | None = attrs.field(init=False, default=None)
+    _listener: CommitListener | None = attrs.field(init=False, default=None)
     _damaged: DamagedSessions = attrs.field(init=False, factory=DamagedSessions)
     _doubt: dict[str, list[EventRecord]] = attrs.field(
         init=False, factory=dict[str, list[EventRecord]]
@@ -229,14 +233,48 @@ class PostgresPersistence:
             lambda conn, q: reads.last_seq(conn, q, session_id),
         )
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Page through stored sessions, newest first, from the index alone."""
+    async def wait_for_commit(
+        self, session_id: str, after_seq: int, within: float
+    ) -> int:
+        """The last durable seq once past `after_seq`, or after `within` seconds.
+
+        Woken by the `NOTIFY` each commit sends from its own transaction, on
+        a connection of this instance that `LISTEN`s (see
+        `turnkeep_postgres.follow`): no polling, from any machine.
+        """
+        check_wait(after_seq, within)
+        session_id = validate_session_id(session_id)
+        await self._open()  # migrated: the triggers that notify are there
+        if self._listener is None:
+            config, kwargs = self.config, self._connect_kwargs()
+
+            async def connect() -> AsyncConnection[Any]:
+                return await AsyncConnection.connect(config.dsn, **kwargs)
+
+            self._listener = CommitListener(connect, config.schema, self._where)
+        return await self._listener.wait(
+            session_id, lambda: self.last_seq(session_id), after_seq, within
+        )
+
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Page through stored sessions (those `where` keeps), newest first.
+
+        From the indexes alone: `sessions_by_update`, or `sessions_by_status`
+        per status asked for.
+        """
         if limit <= 0:
             raise ValueError("limit must be positive")
         if cursor is not None:
             reads.decode_cursor(cursor)  # refuse a bad cursor before any I/O
         return await self._read(
-            "listing sessions", lambda conn, q: reads.list_page(conn, q, limit, cursor)
+            "listing sessions",
+            lambda conn, q: reads.list_page(conn, q, limit, cursor, where),
         )
 
     async def held(self, session_ids: Sequence[str]) -> dict[str, bool]:
@@ -299,6 +337,8 @@ class PostgresPersistence:
         opened.renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await opened.renewer
+        if self._listener is not None:
+            await self._listener.close()
         try:
             if os.getpid() == self._pid and (self._state.held or self._state.pending):
                 await opened.writer.submit(writes.release_all(self._state))
@@ -363,15 +403,19 @@ class PostgresPersistence:
                 self._opened = opened
             return self._opened
 
-    async def _connect(self) -> _Opened:
-        config = self.config
-        timeout_s = config.connect_timeout_ms / 1000
-        kwargs: dict[str, Any] = {
+    def _connect_kwargs(self) -> dict[str, Any]:
+        timeout_s = self.config.connect_timeout_ms / 1000
+        return {
             "autocommit": True,
             "application_name": self.application_name,
             # libpq counts whole seconds and treats 1 as 2.
             "connect_timeout": max(2, math.ceil(timeout_s)),
         }
+
+    async def _connect(self) -> _Opened:
+        config = self.config
+        timeout_s = config.connect_timeout_ms / 1000
+        kwargs = self._connect_kwargs()
         try:
             first = await AsyncConnection.connect(config.dsn, **kwargs)
         except psycopg.Error as exc:

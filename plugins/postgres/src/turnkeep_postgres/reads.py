@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
+from itertools import islice
 from typing import Any, Final
 
 import msgspec
@@ -29,6 +31,7 @@ from turnkeep.errors import (
     SessionCorruptError,
     SessionNotFoundError,
 )
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import FORMAT_VERSION, SessionHeader, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage
 from turnkeep_postgres import turnends
@@ -250,18 +253,28 @@ async def _tail_row(
 
 
 async def list_page(
-    conn: AsyncConnection[Any], queries: Queries, limit: int, cursor: str | None
+    conn: AsyncConnection[Any],
+    queries: Queries,
+    limit: int,
+    cursor: str | None,
+    where: ListFilter | None = None,
 ) -> SessionPage:
-    """One page of stored sessions, newest first."""
-    if cursor is None:
-        cur = await conn.execute(queries.list_first, {"limit": limit + 1})
+    """One page of stored sessions (those `where` keeps), newest first.
+
+    A status filter reads one index range per status, each at most a page
+    deep, merged here; a time window narrows the range.
+    """
+    after = None if cursor is None else decode_cursor(cursor)
+    if where is None or where.is_empty:
+        rows = await _range(conn, queries, None, None, after, limit + 1)
+    elif where.statuses is None:
+        rows = await _range(conn, queries, None, where, after, limit + 1)
     else:
-        updated_at, session_id = decode_cursor(cursor)
-        cur = await conn.execute(
-            queries.list_after,
-            {"updated_at": updated_at, "id": session_id, "limit": limit + 1},
-        )
-    rows = await cur.fetchall()
+        ranges = [
+            await _range(conn, queries, status, where, after, limit + 1)
+            for status in sorted(where.statuses)
+        ]
+        rows = list(islice(heapq.merge(*ranges, key=_row_order), limit + 1))
     items = await _metas(conn, queries, rows[:limit])
     more = len(rows) > limit
     last = items[-1] if items else None
@@ -271,6 +284,42 @@ async def list_page(
         else None
     )
     return SessionPage(items=items, next_cursor=next_cursor)
+
+
+async def _range(
+    conn: AsyncConnection[Any],
+    queries: Queries,
+    status: str | None,
+    where: ListFilter | None,
+    after: tuple[int, str] | None,
+    count: int,
+) -> list[tuple[Any, ...]]:
+    params: dict[str, object] = {"limit": count}
+    if after is not None:
+        params.update(updated_at=after[0], id=after[1])
+    if where is None:
+        query = queries.list_first if after is None else queries.list_after
+    else:
+        params.update(lower=where.lower, upper=where.upper)
+        if status is None:
+            query = (
+                queries.list_window_first
+                if after is None
+                else queries.list_window_after
+            )
+        else:
+            params["status"] = status
+            query = (
+                queries.list_status_first
+                if after is None
+                else queries.list_status_after
+            )
+    cur = await conn.execute(query, params)
+    return await cur.fetchall()
+
+
+def _row_order(row: tuple[Any, ...]) -> tuple[int, str]:
+    return (-int(row[4]), str(row[0]))  # (updated_at DESC, id), as queried
 
 
 async def has(conn: AsyncConnection[Any], queries: Queries, session_id: str) -> bool:

@@ -16,6 +16,10 @@ Layout (schema name from configuration, always quoted):
   when it was appended; `NULL` for rows no worker of schema 3 flagged yet.
 - `schema_migrations`: one row per applied migration.
 
+Indexes serve `list`: `sessions_by_update` (newest first, time windows) and
+`sessions_by_status` (migration 4: one range per status). Triggers on
+`sessions` (migration 5) `NOTIFY` every commit and delete, for followers.
+
 `migrate` brings a schema to `SCHEMA_VERSION` under a transaction-scoped
 advisory lock, so workers starting together migrate exactly once. It runs in
 the caller's transaction when there is one (as a savepoint) and in its own
@@ -34,6 +38,7 @@ code (see `turnkeep_postgres.statements` and `turnkeep_postgres.turnends`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeAlias
@@ -54,6 +59,7 @@ __all__ = [
     "ServerSettings",
     "Step",
     "check_server",
+    "commit_channel",
     "configure_connection",
     "migrate",
     "migrations",
@@ -62,7 +68,7 @@ __all__ = [
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 5
 """The schema version this code writes and the newest it reads."""
 
 LOCK_NAMESPACE: Final = 0x746B
@@ -196,10 +202,106 @@ def _migration_3(schema: str) -> Migration:
     )
 
 
+def _migration_4(schema: sql.Identifier) -> Migration:
+    """`sessions_by_status`: the index of `list` filtered by status.
+
+    On the summary's own `status` (an expression index), so workers of an
+    older schema, which write no other column, keep it right. Statistics on
+    the expression (PostgreSQL 14 and later) let the planner see how common
+    each status is: without them it guesses every status rare and sorts a
+    common status's rows for each page instead of reading the index in order.
+    """
+    sessions = sql.SQL("{}.sessions").format(schema)
+    statistics = sql.SQL("{}.sessions_status_stats").format(schema)
+
+    async def status_statistics(conn: AsyncConnection[Any]) -> None:
+        cur = await conn.execute("SELECT current_setting('server_version_num')::int")
+        row = await cur.fetchone()
+        if row is not None and int(row[0]) >= 140000:
+            await conn.execute(
+                sql.SQL(
+                    "CREATE STATISTICS IF NOT EXISTS {statistics} "
+                    "ON (summary ->> 'status') FROM {sessions}"
+                ).format(statistics=statistics, sessions=sessions)
+            )
+
+    return Migration(
+        4,
+        "sessions by status",
+        (
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS sessions_by_status ON {sessions} "
+                "((summary ->> 'status'), updated_at DESC, id) WHERE next_seq > 0"
+            ).format(sessions=sessions),
+            status_statistics,
+        ),
+    )
+
+
+def commit_channel(schema: str) -> str:
+    """The `NOTIFY` channel of `schema`'s commits (a short name per schema)."""
+    return "turnkeep_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+def _migration_5(schema: str) -> Migration:
+    """Triggers that `NOTIFY` each commit, inside the committing transaction.
+
+    When a row's `next_seq` moves forward (an append, whichever worker and
+    schema version made it) the payload `"<last seq> <id>"` goes to
+    `commit_channel(schema)`; a deleted row sends `"-1 <id>"`. PostgreSQL
+    delivers a notification when its transaction commits and never for one
+    rolled back, so a follower (`LISTEN`, `turnkeep_postgres.follow`) hears
+    exactly the durable commits, from every machine. Ids are at most 256
+    bytes, far below the payload limit.
+    """
+    ident = sql.Identifier(schema)
+    sessions = sql.SQL("{}.sessions").format(ident)
+    function = sql.SQL("{}.turnkeep_commit_notify").format(ident)
+    channel = sql.Literal(commit_channel(schema))
+    return Migration(
+        5,
+        "commits notified",
+        (
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger"
+                " LANGUAGE plpgsql AS $body$ BEGIN"
+                " IF TG_OP = 'DELETE' THEN"
+                " PERFORM pg_notify(TG_ARGV[0], '-1 ' || OLD.id); RETURN OLD;"
+                " END IF;"
+                " PERFORM pg_notify(TG_ARGV[0],"
+                " (NEW.next_seq - 1)::text || ' ' || NEW.id);"
+                " RETURN NEW; END $body$"
+            ).format(function=function),
+            sql.SQL("DROP TRIGGER IF EXISTS commit_notify ON {sessions}").format(
+                sessions=sessions
+            ),
+            sql.SQL(
+                "CREATE TRIGGER commit_notify AFTER UPDATE OF next_seq ON {sessions}"
+                " FOR EACH ROW WHEN (NEW.next_seq > OLD.next_seq)"
+                " EXECUTE FUNCTION {function}({channel})"
+            ).format(sessions=sessions, function=function, channel=channel),
+            sql.SQL("DROP TRIGGER IF EXISTS delete_notify ON {sessions}").format(
+                sessions=sessions
+            ),
+            sql.SQL(
+                "CREATE TRIGGER delete_notify AFTER DELETE ON {sessions}"
+                " FOR EACH ROW WHEN (OLD.next_seq > 0)"
+                " EXECUTE FUNCTION {function}({channel})"
+            ).format(sessions=sessions, function=function, channel=channel),
+        ),
+    )
+
+
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
-    return (_migration_1(ident), _migration_2(ident), _migration_3(schema))
+    return (
+        _migration_1(ident),
+        _migration_2(ident),
+        _migration_3(schema),
+        _migration_4(ident),
+        _migration_5(schema),
+    )
 
 
 async def read_version(conn: AsyncConnection[Any], schema: str) -> int | None:

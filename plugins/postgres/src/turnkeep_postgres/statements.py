@@ -89,6 +89,10 @@ class Queries:
     load_range: bytes
     list_first: bytes
     list_after: bytes
+    list_window_first: bytes
+    list_window_after: bytes
+    list_status_first: bytes
+    list_status_after: bytes
 
     @classmethod
     async def render(cls, conn: AsyncConnection[Any], schema: str) -> Queries:
@@ -308,6 +312,34 @@ def _texts() -> dict[str, LiteralString]:
         # only filters the rows that tie on `u`.
         "list_after": (
             "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " AND s.updated_at <= %(updated_at)s"
+            " AND (s.updated_at < %(updated_at)s OR s.id > %(id)s)"
+            " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"
+        ),
+        # Filtered pages: a time window on `sessions_by_update`, or one
+        # status's range of `sessions_by_status` (migration 4) per status.
+        "list_window_first": (
+            "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " AND s.updated_at BETWEEN %(lower)s AND %(upper)s"
+            " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"
+        ),
+        "list_window_after": (
+            "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " AND s.updated_at BETWEEN %(lower)s AND %(upper)s"
+            " AND s.updated_at <= %(updated_at)s"
+            " AND (s.updated_at < %(updated_at)s OR s.id > %(id)s)"
+            " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"
+        ),
+        "list_status_first": (
+            "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " AND (s.summary ->> 'status') = %(status)s"
+            " AND s.updated_at BETWEEN %(lower)s AND %(upper)s"
+            " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"
+        ),
+        "list_status_after": (
+            "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
+            " AND (s.summary ->> 'status') = %(status)s"
+            " AND s.updated_at BETWEEN %(lower)s AND %(upper)s"
             " AND s.updated_at <= %(updated_at)s"
             " AND (s.updated_at < %(updated_at)s OR s.id > %(id)s)"
             " ORDER BY s.updated_at DESC, s.id LIMIT %(limit)s"

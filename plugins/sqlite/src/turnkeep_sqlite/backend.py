@@ -36,11 +36,13 @@ from turnkeep.errors import (
     TurnkeepError,
     UnsupportedFormatError,
 )
+from turnkeep.follow import check_wait
 from turnkeep.ids import validate_session_id
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
-from turnkeep_sqlite import reads, writes
+from turnkeep_sqlite import follow, reads, writes
 from turnkeep_sqlite.backup import backup_into, make_target
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
@@ -187,6 +189,21 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         return await self._read(lambda conn: reads.last_seq(conn, session_id))
 
+    async def wait_for_commit(
+        self, session_id: str, after_seq: int, within: float
+    ) -> int:
+        """The last durable seq once past `after_seq`, or after `within` seconds.
+
+        Watches `PRAGMA data_version` on a connection of its own (see
+        `turnkeep_sqlite.follow`); reads the session row only when a commit
+        landed somewhere in the file.
+        """
+        check_wait(after_seq, within)
+        session_id = validate_session_id(session_id)
+        return await follow.wait_for_commit(
+            self.config, lambda: self.last_seq(session_id), after_seq, within
+        )
+
     async def read_intact(self, session_id: str) -> IntactLog:
         """Events up to the first missing or unreadable row (salvage). Read-only."""
         session_id = validate_session_id(session_id)
@@ -204,13 +221,25 @@ class SqlitePersistence:
             return {}
         return await self._read(lambda conn: reads.held(conn, ids))
 
-    async def list(self, *, limit: int = 100, cursor: str | None = None) -> SessionPage:
-        """Page through stored sessions, newest first, from the index alone."""
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        """Page through stored sessions (those `where` keeps), newest first.
+
+        From the indexes alone: `sessions_recent`, or `sessions_by_status`
+        per status asked for.
+        """
         if limit <= 0:
             raise ValueError("limit must be positive")
         if cursor is not None:
             reads.decode_cursor(cursor)  # refuse a bad cursor before any I/O
-        return await self._read(lambda conn: reads.list_page(conn, limit, cursor))
+        return await self._read(
+            lambda conn: reads.list_page(conn, limit, cursor, where)
+        )
 
     async def has(self, session_id: str) -> bool:
         """Whether the session is stored (has at least one durable flush)."""

@@ -19,12 +19,13 @@ import asyncio
 import base64
 import contextlib
 import gc
+import heapq
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
+from itertools import chain, islice
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -37,6 +38,7 @@ from turnkeep.errors import (
     SessionNotFoundError,
     TurnkeepError,
 )
+from turnkeep.listfilter import ListFilter
 from turnkeep.meta import (
     FORMAT_VERSION,
     ForkPoint,
@@ -83,6 +85,11 @@ _LOAD_META: Final = (
     "SELECT key, id, format_version, created_at, cwd, parent_id, parent_seq, "
     "updated_at, title, first_prompt, status, next_seq, turns, size "
     "FROM sessions WHERE id = ? AND next_seq > 0"
+)
+_LIST_COLUMNS: Final = (
+    "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
+    "updated_at, title, first_prompt, status, next_seq, turns, size "
+    "FROM sessions"
 )
 _LIST_FIRST: Final = (
     "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
@@ -425,13 +432,32 @@ def intact(conn: sqlite3.Connection, session_id: str) -> IntactLog:
     return IntactLog(meta=meta, events=events, damage=damage)
 
 
-def list_page(conn: sqlite3.Connection, limit: int, cursor: str | None) -> SessionPage:
-    """One page of stored sessions, newest first (ties by id), via the index."""
-    if cursor is None:
-        rows = conn.execute(_LIST_FIRST, (limit + 1,)).fetchall()
+def list_page(
+    conn: sqlite3.Connection,
+    limit: int,
+    cursor: str | None,
+    where: ListFilter | None = None,
+) -> SessionPage:
+    """One page of stored sessions, newest first (ties by id), via an index.
+
+    Without a status filter, one range of `sessions_recent`; with one, one
+    range of `sessions_by_status` per status, merged (each read at most a
+    page deep). Time bounds narrow the range (`updated_at` leads both).
+    """
+    after = None if cursor is None else decode_cursor(cursor)
+    if where is None or where.is_empty:
+        if after is None:
+            rows = conn.execute(_LIST_FIRST, (limit + 1,)).fetchall()
+        else:
+            rows = conn.execute(_LIST_AFTER, (*after, limit + 1)).fetchall()
+    elif where.statuses is None:
+        rows = _filtered(conn, None, where, after, limit + 1)
     else:
-        updated_at, after_id = decode_cursor(cursor)
-        rows = conn.execute(_LIST_AFTER, (updated_at, after_id, limit + 1)).fetchall()
+        ranges = [
+            _filtered(conn, status, where, after, limit + 1)
+            for status in sorted(where.statuses)
+        ]
+        rows = list(islice(heapq.merge(*ranges, key=_row_order), limit + 1))
     more = len(rows) > limit
     items = [_meta(r) for r in rows[:limit]]
     next_cursor = None
@@ -439,6 +465,43 @@ def list_page(conn: sqlite3.Connection, limit: int, cursor: str | None) -> Sessi
         last = items[-1]
         next_cursor = encode_cursor(last.summary.updated_at, last.id)
     return SessionPage(items=items, next_cursor=next_cursor)
+
+
+def _filtered(
+    conn: sqlite3.Connection,
+    status: str | None,
+    where: ListFilter,
+    after: tuple[int, str] | None,
+    count: int,
+) -> list[tuple[Any, ...]]:
+    """Rows of one status (or any) in `where`'s time window, after `after`."""
+    return conn.execute(*filter_query(status, where, after, count)).fetchall()
+
+
+def filter_query(
+    status: str | None,
+    where: ListFilter,
+    after: tuple[int, str] | None,
+    count: int,
+) -> tuple[str, list[object]]:
+    """The statement (and its parameters) of one filtered range."""
+    sql = [_LIST_COLUMNS, "WHERE next_seq > 0"]
+    params: list[object] = []
+    if status is not None:
+        sql.append("AND status = ?")
+        params.append(status)
+    sql.append("AND updated_at BETWEEN ? AND ?")
+    params += [where.lower, where.upper]
+    if after is not None:
+        sql.append("AND (updated_at < ? OR (updated_at = ? AND id > ?))")
+        params += [after[0], after[0], after[1]]
+    sql.append("ORDER BY updated_at DESC, id LIMIT ?")
+    params.append(count)
+    return " ".join(sql), params
+
+
+def _row_order(row: tuple[Any, ...]) -> tuple[int, str]:
+    return (-row[6], row[0])  # (updated_at DESC, id), as the queries order
 
 
 def encode_cursor(updated_at: int, session_id: str) -> str:

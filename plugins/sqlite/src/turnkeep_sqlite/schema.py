@@ -45,12 +45,13 @@ T = TypeVar("T")
 
 log = logging.getLogger("turnkeep_sqlite")
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema this code writes, and the newest it reads.
 
 1: sessions, events, schema_migrations. 2: `sessions.turns` and
 `sessions.size` (the log's `turn/end` events and event bytes), filled from
-the events of existing sessions.
+the events of existing sessions. 3: the index `sessions_by_status`, which
+serves `list` filtered by status.
 """
 
 APPLICATION_ID: Final = 0x544B5351
@@ -146,6 +147,15 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
         ),
     ),
     (2, _turns_and_size),
+    (
+        3,
+        _statements(
+            # Serves `list(where=...)` by status: one index range per status,
+            # newest first, so a page of a rare status reads that page only.
+            """CREATE INDEX IF NOT EXISTS sessions_by_status
+                ON sessions (status, updated_at DESC, id) WHERE next_seq > 0""",
+        ),
+    ),
 )
 
 _CANTOPEN: Final = 14

@@ -1,0 +1,85 @@
+"""`turnkeep serve`: the HTTP/SSE service and the web page over the store.
+
+The service itself is `turnkeep.serve` (extra `turnkeep[serve]`); this
+module only reads the command line, opens the store, and runs it. When the
+extra is missing, the command says which one to install.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+import click
+
+from turnkeep.cli.runtime import common_options, execute, open_store
+
+__all__ = ["MISSING_SERVE", "SERVE_MODULES", "register"]
+
+SERVE_MODULES: Final = frozenset({"starlette", "uvicorn", "sse_starlette", "anyio"})
+"""The top-level modules the `serve` extra installs."""
+
+MISSING_SERVE: Final = (
+    "`turnkeep serve` needs the `serve` extra ({name} is not installed); install "
+    "it with: pip install 'turnkeep[serve]'"
+)
+
+
+@click.command(
+    "serve",
+    epilog="\b\nExamples:\n"
+    "  turnkeep serve                          # http://127.0.0.1:8765/\n"
+    "  turnkeep --store sqlite:./s.db serve --port 9000\n"
+    "  TURNKEEP_SERVE__TOKEN=... turnkeep serve --host 0.0.0.0",
+)
+@click.option("--host", "bind", metavar="ADDRESS", help="Address to bind [127.0.0.1].")
+@click.option("--port", type=click.IntRange(1, 65535), help="TCP port [8765].")
+@click.option(
+    "--open-reads",
+    is_flag=True,
+    default=None,
+    help="Serve the read endpoints and the page without the token.",
+)
+@common_options
+def serve(bind: str | None, port: int | None, open_reads: bool | None) -> None:
+    """Serve the store's sessions over HTTP: JSON, SSE and a web page.
+
+    Shows committed events only. Writes (POST /recover) need the bearer
+    token (TURNKEEP_SERVE__TOKEN or [serve] token), and so do reads unless
+    --open-reads. Binding an address other than loopback needs a token.
+    """
+    try:
+        from turnkeep.serve import check_bind, serve as run
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in SERVE_MODULES:
+            raise
+        click.echo(f"turnkeep: {MISSING_SERVE.format(name=top)}", err=True)
+        raise click.exceptions.Exit(2) from None
+
+    async def body() -> int:
+        async with open_store() as store:
+            config = store.host.config.serve
+            changes: dict[str, object] = {}
+            if bind is not None:
+                changes["host"] = bind
+            if port is not None:
+                changes["port"] = port
+            if open_reads is not None:
+                changes["open_reads"] = open_reads
+            config = attrs.evolve(config, **changes)
+            check_bind(config)
+            click.echo(
+                f"turnkeep: serving {store.name} sessions on "
+                f"http://{config.host}:{config.port}/",
+                err=True,
+            )
+            await run(store.host, config)
+        return 0
+
+    execute(body, interrupted=0)
+
+
+def register(group: click.Group) -> None:
+    """Add `serve` to the `turnkeep` group."""
+    group.add_command(serve)

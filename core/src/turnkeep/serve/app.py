@@ -1,0 +1,115 @@
+"""Assembling the service: routes, error handlers, the shared tails.
+
+`create_app(host)` builds the ASGI application over a started host (the
+caller owns the host: it starts it before and closes it after). While the
+application runs, a small plugin on the host turns this process's own
+`session_committed` calls into an immediate look by the tails, so a
+session written in the same process is followed without waiting for the
+next poll; sessions written elsewhere are polled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from turnkeep.config import ServeConfig
+from turnkeep.hookspecs import hookimpl
+from turnkeep.host import Host
+from turnkeep.serve.api import Api
+from turnkeep.serve.follow import Tails
+from turnkeep.serve.guard import Budgets, Guard
+from turnkeep.serve.page import Pages
+from turnkeep.serve.problems import on_exception, on_http
+from turnkeep.session import Session
+
+__all__ = ["create_app"]
+
+
+class _Wakeup:
+    """Pokes the tails when this process commits (`session_committed`)."""
+
+    def __init__(self, tails: Tails, loop: asyncio.AbstractEventLoop) -> None:
+        self._tails = tails
+        self._loop = loop
+
+    @hookimpl
+    def session_committed(
+        self, session: Session, first_seq: int, last_seq: int
+    ) -> None:
+        """Wake the reader of `session`, if one follows it."""
+        self._loop.call_soon_threadsafe(self._tails.poke, session.id)
+
+
+def create_app(
+    host: Host,
+    config: ServeConfig | None = None,
+    *,
+    poll_interval: float = 0.1,
+    heartbeat: float = 15.0,
+    queue_size: int = 1024,
+) -> Starlette:
+    """The service over `host` (started, with a persistence backend).
+
+    Args:
+        host: a started host; the application reads its backend.
+        config: tokens and bounds (default: `host.config.serve`).
+        poll_interval: seconds between looks at a followed session.
+        heartbeat: seconds between SSE heartbeats (comment lines).
+        queue_size: committed events a stream client may fall behind by
+            before it is dropped.
+
+    Raises:
+        PersistenceNotConfiguredError: the host has no backend.
+    """
+    config = config if config is not None else host.config.serve
+    backend = host.require_persistence()
+    tails = Tails(backend, interval=poll_interval, queue_size=queue_size)
+    guard = Guard(
+        token=config.token,
+        open_reads=config.open_reads,
+        budgets=Budgets(
+            rate=float(config.requests_per_second),
+            burst=config.burst,
+            streams_per_client=config.streams_per_client,
+            max_streams=config.max_streams,
+        ),
+    )
+    api = Api(host=host, config=config, guard=guard, tails=tails, heartbeat=heartbeat)
+    pages = Pages(api)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncGenerator[None]:
+        wakeup = _Wakeup(tails, asyncio.get_running_loop())
+        host.register(wakeup, name="turnkeep-serve-wakeup")
+        try:
+            yield
+        finally:
+            await tails.aclose()
+            await host.remove(wakeup)
+
+    routes = [
+        Route("/sessions", api.sessions, methods=["GET"]),
+        Route("/sessions/{session_id}", api.session, methods=["GET"]),
+        Route("/sessions/{session_id}/events", api.events, methods=["GET"]),
+        Route("/sessions/{session_id}/stream", api.stream, methods=["GET"]),
+        Route("/sessions/{session_id}/history", api.history, methods=["GET"]),
+        Route("/recover", api.recover, methods=["POST"]),
+        Route("/", pages.index, methods=["GET"]),
+        Route("/view/{session_id}", pages.view, methods=["GET"]),
+        Route("/static/{name}", pages.static_file, methods=["GET"]),
+        Route("/login", pages.login_form, methods=["GET"]),
+        Route("/login", pages.login, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: on_http, Exception: on_exception},
+        lifespan=lifespan,
+    )
+    app.state.api = api
+    return app
