@@ -7,7 +7,7 @@ third node, and a new process resumes the thread from its last checkpoint:
 the nodes that had finished do not run again, and the state is complete.
 A graph whose subgraph interrupts (human in the loop) is resumed by a new
 saver: the interrupt (a pending write) and the subgraph's namespace were
-stored.
+stored. Three branches of one step store their writes at once.
 """
 
 from __future__ import annotations
@@ -173,3 +173,46 @@ def test_an_interrupt_inside_a_subgraph_resumes_with_a_new_saver(
             final = graph.invoke(Command(resume="yes"), config("hitl"))
         assert final["log"] == ["asked", "acted on yes"]
         assert final["answer"] == "yes"
+
+
+class Fan(TypedDict):
+    found: Annotated[list[str], operator.add]
+
+
+def test_parallel_branches_store_their_writes(sqlite_store: str) -> None:
+    """Three nodes of one step write at once (their put_writes race)."""
+    branches = ("left", "middle", "right")
+
+    def branch(name: str) -> Any:
+        def run(state: Fan) -> dict[str, Any]:
+            return {"found": [name]}
+
+        return run
+
+    def join(state: Fan) -> dict[str, Any]:
+        return {"found": ["joined"]}
+
+    builder = StateGraph(Fan)
+    for name in branches:
+        builder.add_node(name, branch(name))
+        builder.add_edge(START, name)
+        builder.add_edge(name, "join")
+    builder.add_node("join", join)
+    builder.add_edge("join", END)
+    with TurnkeepSaver(store=sqlite_store) as saver:
+        graph = builder.compile(checkpointer=saver)
+
+        async def run_async() -> dict[str, Any]:
+            return await graph.ainvoke({"found": []}, config("fan"))
+
+        final = asyncio.run(run_async())
+        assert sorted(final["found"][:3]) == sorted(branches)
+        assert final["found"][3] == "joined"
+        # The checkpoint that scheduled the branches holds their writes.
+        history = list(graph.get_state_history(config("fan")))
+        writers = [h for h in history if set(h.next) == set(branches)]
+        assert len(writers) == 1
+        tup = saver.get_tuple(writers[0].config)
+        assert tup is not None
+        written = sorted(w[2] for w in tup.pending_writes or [] if w[1] == "found")
+        assert written == sorted([[b] for b in branches])
