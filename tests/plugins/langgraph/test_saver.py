@@ -488,11 +488,12 @@ def test_a_rewrite_cut_short_is_finished_on_next_use(sqlite_store: str) -> None:
         threads, portal = saver._shared.threads, saver._shared.portal
 
         async def crash_midway() -> None:
-            from turnkeep_langgraph.threads import _generation, _temp_id
+            from turnkeep_langgraph.copies import generation
+            from turnkeep_langgraph.threads import _temp_id
 
             log = await threads._read("t")
             assert log is not None
-            fresh = _generation(log, {("", cid(latest))})
+            fresh = generation(log, {("", cid(latest))})
             await threads._store(_temp_id("t"), fresh)
             await threads._erase(session_id("t"))
 

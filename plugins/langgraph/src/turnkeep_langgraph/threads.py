@@ -27,7 +27,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
-import msgspec
 
 from turnkeep.errors import FlushError, SessionExistsError, SessionNotFoundError
 from turnkeep.events import SessionEvent
@@ -36,18 +35,14 @@ from turnkeep.ids import MAX_SESSION_ID_BYTES
 from turnkeep.persistence import delete_session
 from turnkeep.session import Session
 
+from .copies import generation, shifted, with_refs, with_writes
 from .events import (
     BlobData,
-    BlobEvent,
     CheckpointData,
-    CheckpointEvent,
     Item,
     ThreadData,
-    ThreadEvent,
     Version,
-    WriteData,
     WritesData,
-    WritesEvent,
 )
 from .state import ThreadLog, effective_writes
 
@@ -251,7 +246,7 @@ class ThreadStore:
                 refs[channel] = seq = session.append(blob).seq
                 if not isinstance(value, Item):
                     log.remember(seq, value)
-            session.append(_with_refs(checkpoint, refs))
+            session.append(with_refs(checkpoint, refs))
             await self._commit(thread_id, session, log)
 
     async def put_writes(self, thread_id: str, writes: WritesData) -> None:
@@ -263,7 +258,7 @@ class ThreadStore:
             )
             if not kept:
                 return
-            session.append(_with_writes(writes, kept))
+            session.append(with_writes(writes, kept))
             await self._commit(thread_id, session, log)
 
     async def _commit(self, thread_id: str, session: Session, log: ThreadLog) -> None:
@@ -358,7 +353,7 @@ class ThreadStore:
                 await self._erase(session_id(thread_id))
                 await self._erase(_temp_id(thread_id))
                 return
-            fresh = _generation(log, kept)
+            fresh = generation(log, kept)
             temp = _temp_id(thread_id)
             await self._erase(temp)
             await self._store(temp, fresh)
@@ -395,7 +390,7 @@ class ThreadStore:
             session, target_log = await self._hold(target)
             offset = session.next_seq - 1
             for event in events:
-                session.append(_shifted(event.data, offset))
+                session.append(shifted(event.data, offset))
             await self._commit(target, session, target_log)
 
 
@@ -419,90 +414,3 @@ def _list_blob(
                 base=base,
             )
     return BlobData(ns=ns, channel=channel, version=version, items=items)
-
-
-def _with_refs(data: CheckpointData, refs: dict[str, int]) -> CheckpointData:
-    return CheckpointData(
-        ns=data.ns,
-        id=data.id,
-        parent_id=data.parent_id,
-        type=data.type,
-        checkpoint=data.checkpoint,
-        metadata_type=data.metadata_type,
-        metadata=data.metadata,
-        refs=refs,
-    )
-
-
-def _with_writes(data: WritesData, writes: list[WriteData]) -> WritesData:
-    return WritesData(
-        ns=data.ns,
-        checkpoint_id=data.checkpoint_id,
-        task_id=data.task_id,
-        task_path=data.task_path,
-        writes=writes,
-    )
-
-
-def _shifted(data: object, offset: int) -> object:
-    """A payload copied `offset` positions later in another log."""
-    if isinstance(data, CheckpointData):
-        refs = {c: seq + offset for c, seq in data.refs.items()}
-        return _with_refs(data, refs)
-    if isinstance(data, BlobData) and data.base is not None:
-        return msgspec.structs.replace(data, base=data.base + offset)
-    return data
-
-
-def _key_of(data: CheckpointData) -> tuple[str, str]:
-    return (data.ns, data.id)
-
-
-def _generation(log: ThreadLog, kept: set[tuple[str, str]]) -> list[SessionEvent]:
-    """The log of a thread with only the checkpoints in `kept`, renumbered."""
-    first = log.events[0]
-    assert isinstance(first, ThreadEvent)  # noqa: S101 - ThreadLog.of checked it
-    out: list[SessionEvent] = [first]
-    moved: dict[int, int] = {}
-    needed = {
-        seq
-        for data in log.newest_first(None)
-        if (data.ns, data.id) in kept
-        for seq in data.refs.values()
-    }
-    for event in log.thread_events():
-        if isinstance(event, BlobEvent) and event.seq in needed:
-            moved[event.seq] = len(out)
-            data = event.data
-            if data.base is not None:  # the whole list, its bases dropped
-                data = msgspec.structs.replace(
-                    data, items=log.items_at(event.seq), base=None
-                )
-            out.append(BlobEvent(seq=len(out), time=event.time, data=data))
-        elif isinstance(event, CheckpointEvent) and _key_of(event.data) in kept:
-            if log.checkpoints[event.data.ns].get(event.data.id) != event.seq:
-                continue  # stored again later: the later one counts
-            refs = {c: moved[seq] for c, seq in event.data.refs.items()}
-            out.append(
-                CheckpointEvent(
-                    seq=len(out), time=event.time, data=_with_refs(event.data, refs)
-                )
-            )
-        elif (
-            isinstance(event, WritesEvent)
-            and (event.data.ns, event.data.checkpoint_id) in kept
-        ):
-            data = event.data
-            table = log.writes.get((data.ns, data.checkpoint_id), {})
-            live = [
-                w
-                for position, w in enumerate(data.writes)
-                if table.get((data.task_id, w.idx)) == (event.seq, position)
-            ]
-            if live:
-                out.append(
-                    WritesEvent(
-                        seq=len(out), time=event.time, data=_with_writes(data, live)
-                    )
-                )
-    return out
