@@ -170,6 +170,13 @@ class SecretRedactor:
     )
     """Per session, the tail of the reply being streamed (see `_chunk`), in
     a list that is updated in place (cheaper than storing a new key)."""
+    _last: tuple[weakref.ReferenceType[Session], list[str]] | None = attrs.field(
+        init=False, default=None
+    )
+    """The session that streamed last and its entry of `_streams`: the
+    next piece is most likely its (a look-up in `_streams` costs more)."""
+    _streaming: bool = attrs.field(init=False, default=False)
+    """Whether `_streams` may hold a reply (cheaper to test than its size)."""
 
     def __attrs_post_init__(self) -> None:
         self._scanner = SecretScanner(
@@ -189,8 +196,8 @@ class SecretRedactor:
         data = event.data
         if isinstance(data, AssistantChunkData):
             return self._chunk(session, event, data)
-        if self._streams:
-            self._streams.pop(session, None)  # the streamed reply ended
+        if self._streaming:
+            self._end_stream(session)
         fields = _TEXT_FIELDS.get(type(event))
         if fields is None:
             if not type(event).redact or isinstance(data, msgspec.Raw):
@@ -225,13 +232,27 @@ class SecretRedactor:
     ) -> SessionEvent | None:
         # A secret can straddle streamed pieces ("Bearer " | "abc..."), so
         # each piece is scanned after the tail of the ones before it.
-        stream = self._streams.get(session)
-        if stream is None:
-            stream = self._streams[session] = [""]
+        last = self._last
+        if last is not None and last[0]() is session:
+            stream = last[1]
+        else:
+            stream = self._streams.get(session)
+            if stream is None:
+                stream = self._streams[session] = [""]
+            self._last = (weakref.ref(session), stream)
+            self._streaming = True
         cleaned, stream[0] = self._scanner.scan_continued(stream[0], data.text)
         if cleaned is data.text:
             return None
         return msgspec.structs.replace(event, data=AssistantChunkData(text=cleaned))
+
+    def _end_stream(self, session: Session) -> None:
+        """The reply `session` streamed ended: forget its tail."""
+        self._streams.pop(session, None)
+        last = self._last
+        if last is not None and last[0]() in (session, None):
+            self._last = None
+        self._streaming = bool(self._streams)
 
     @hookimpl(tryfirst=True)
     def redact_text(self, text: str) -> str | None:
