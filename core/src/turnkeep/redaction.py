@@ -134,9 +134,6 @@ _TEXT_FIELDS: Final[dict[type[SessionEvent], tuple[str, ...]]] = {
 names, numbers and statuses are the loop's own and are not scanned."""
 
 
-_json: Final = msgspec.json.Encoder().encode
-
-
 def _streams() -> weakref.WeakKeyDictionary[Session, list[str]]:
     return weakref.WeakKeyDictionary()
 
@@ -164,7 +161,6 @@ class SecretRedactor:
     extra: Iterable[tuple[str, str]] = ()
     high_entropy: bool = False
     _scanner: SecretScanner = attrs.field(init=False)
-    _json_prefilter: bool = attrs.field(init=False, default=False)
     _streams: weakref.WeakKeyDictionary[Session, list[str]] = attrs.field(
         init=False, factory=_streams
     )
@@ -182,7 +178,6 @@ class SecretRedactor:
         self._scanner = SecretScanner(
             rules_from(self.extra, high_entropy=self.high_entropy)
         )
-        self._json_prefilter = self._scanner.json_safe
 
     def text(self, value: str) -> str:
         """Return `value` with every secret replaced by its marker."""
@@ -263,17 +258,15 @@ class SecretRedactor:
     def _may_hold_secrets(self, value: object) -> bool:
         """Whether a structure (tool arguments) needs its strings walked.
 
-        One JSON encoding and one pre-filter pass instead of a scan per
-        string: a string's triggers are in the JSON as they are
-        (`SecretScanner.json_safe`).
+        One pre-filter pass over the strings `_walk` would scan, joined by
+        newlines, instead of a scan per string: each string is there whole,
+        and what comes before one only adds places to look at.
         """
-        if not self._json_prefilter:
-            return True
-        try:
-            encoded = _json(value)
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
-            return True  # the walk decides
-        return self._scanner.may_match(encoded.decode("utf-8", "surrogatepass"))
+        strings: list[str] = []
+        _strings(value, strings)
+        if not strings:
+            return False
+        return self._scanner.may_match("\n".join(strings))
 
     def _walk(self, value: Any) -> tuple[Any, bool]:
         if isinstance(value, str):
@@ -292,6 +285,19 @@ class SecretRedactor:
                 changed = changed or key_changed or item_changed
             return out, changed
         return value, False
+
+
+def _strings(value: object, into: list[str]) -> None:
+    """The strings `SecretRedactor._walk` scans in `value`, into `into`."""
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
+            _strings(key, into)
+            _strings(item, into)
+    elif isinstance(value, list):
+        for item in value:  # pyright: ignore[reportUnknownVariableType]
+            _strings(item, into)
 
 
 def redact(text: str) -> str:

@@ -70,18 +70,24 @@ class AnyCase:
         trigger: the trigger (lowercase ASCII).
         rules: the rules it belongs to (a bit each).
         lead: how far before it their matches start, at most.
-        others: the characters `re` matches to one of its letters when
-            ignoring case, other than that letter (upper case first, then
-            the non-ASCII ones of `FOLD`).
-        ascii_others: how many of `others` are ASCII.
+        needle: the part searched as written: the trigger without its
+            first letter when that leaves three characters or more (`earer`
+            finds `bearer` and `Bearer`: one upper-case letter fewer to
+            look for), else the trigger.
+        shift: where `needle` starts in the trigger.
+        ascii: the upper-case letters of `needle`.
+        others: those and the non-ASCII characters of `FOLD` that `re`
+            matches to its letters when ignoring case.
         finder: the trigger, ignoring case.
     """
 
     trigger: str
     rules: int
     lead: int
+    needle: str
+    shift: int
+    ascii: str
     others: str
-    ascii_others: int
     finder: re.Pattern[str]
 
 
@@ -100,7 +106,7 @@ class Gate:
             each branch ending in an empty group, or `None`.
         near_rules: by the `lastindex` of a `near` match: rules and lead.
         far: the same triggers as `AnyCase`s, for text where `char` is
-            there more than `CAP` times (or that is JSON).
+            there more than `CAP` times.
         reach: how far before `char` those triggers start, at most.
     """
 
@@ -130,14 +136,18 @@ class Loose:
 
 
 def _any_case(trigger: str, rules: int, lead: int) -> AnyCase:
-    upper = "".join(dict.fromkeys(c.upper() for c in trigger if c.isalpha()))
-    folded = "".join(chr(c) for c, a in FOLD.items() if a in trigger)
+    shift = 1 if len(trigger) > 3 and trigger[0].isalpha() else 0
+    needle = trigger[shift:]
+    upper = "".join(dict.fromkeys(c.upper() for c in needle if c.isalpha()))
+    folded = "".join(chr(c) for c, a in FOLD.items() if a in needle)
     return AnyCase(
         trigger,
         rules,
         lead,
+        needle,
+        shift,
+        upper,
         upper + folded,
-        len(upper),
         re.compile(f"(?i:{re.escape(trigger)})"),
     )
 
@@ -257,21 +267,15 @@ def plan(rules: tuple[Rule, ...]) -> tuple[tuple[Gate, ...], tuple[Loose, ...]]:
     return tuple(gates), groups
 
 
-def at_places(text: str, gate: Gate, starts: list[int], near: bool) -> int:
+def at_places(text: str, gate: Gate, starts: list[int]) -> int:
     """The rules whose triggers are at the places of `gate.char`; adds starts.
 
     Up to `CAP` places are looked at one by one; from the next, the exact
     triggers are one search of the rest of the text, and the key words of
-    the `near` rules are found in the whole text (`any_case_all`), as they
-    are when `near` is false.
+    the `near` rules are found in the whole text (`any_case_all`).
     """
     rules = 0
     exact, hits, window = gate.exact, gate.hits, gate.near
-    if window is not None and not near:
-        rules |= any_case_all(text, gate.far, starts)
-        window = None
-        if exact is None:
-            return rules
     char, reach, near_rules = gate.char, gate.reach, gate.near_rules
     at = text.find(char)
     seen = 0
@@ -320,31 +324,34 @@ def _hits(
 def any_case(text: str, way: AnyCase, starts: list[int]) -> bool:
     """Find `way.trigger` in `text` in any case; add where its matches start.
 
-    Returns whether it was found.
+    Returns whether it was (or may be) there.
     """
-    trigger, lead = way.trigger, way.lead
     found = False
-    at = text.find(trigger)
-    while at >= 0:
-        found = True
-        starts.extend(range(at - lead, at + 1))
-        at = text.find(trigger, at + 1)
-    others = way.others if not text.isascii() else way.others[: way.ascii_others]
-    size = len(trigger)
-    search = way.finder.search
+    needle = way.needle
+    if needle in text:
+        # As written after its first letter: the trigger, if anywhere,
+        # starts one before (in either case).
+        lead, back = way.lead, way.shift
+        at = text.find(needle)
+        while at >= 0:
+            found = True
+            start = at - back
+            starts.extend(range(start - lead, start + 1))
+            at = text.find(needle, at + 1)
     seen = 0
-    for char in others:
+    for char in way.ascii if text.isascii() else way.others:
         if char not in text:
             continue
+        # An occurrence holding `char` at `at` lies within `size`
+        # characters of it: the trigger's regex is searched there only.
+        search, size, lead = way.finder.search, len(way.trigger), way.lead
         at = text.find(char)
         while at >= 0:
             seen += 1
             if seen > CAP:
-                return _lowered(text, ((trigger, lead),), starts) or found
-            # An occurrence holding the character at `at` lies within
-            # `size` characters of it.
+                return _lowered(text, ((way.trigger, lead),), starts) or found
             end = at + size
-            hit = search(text, max(0, at - size + 1), end)
+            hit = search(text, at - size + 1 if at >= size else 0, end)
             while hit is not None:
                 found = True
                 start = hit.start()

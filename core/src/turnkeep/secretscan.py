@@ -42,8 +42,6 @@ __all__ = [
 ]
 
 
-_JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
-"""Text that JSON encoders write as it is (no quote, backslash or control)."""
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
 _CACHE_LIMIT: Final = 256
 _LEAD: Final = 64
@@ -103,20 +101,9 @@ class SecretScanner:
         """Whether a rule's pre-filter passes on `text`.
 
         Always, with a rule without triggers; if not, `scan` finds nothing
-        in any part of `text`. When `json_safe`, no trigger or needed
-        character is escaped in JSON, so a value whose JSON does not pass
-        holds no string with anything to redact.
+        in `text` or in any part of it.
         """
-        return self._prefilter(text, [], near=False) != 0
-
-    @property
-    def json_safe(self) -> bool:
-        """Whether no trigger or needed character changes in JSON."""
-        return all(
-            _JSON_PLAIN.fullmatch(t) is not None
-            for rule in self.rules
-            for t in (*rule.triggers, rule.needs)
-        )
+        return self._prefilter(text, []) != 0
 
     def scan(self, text: str) -> str:
         """Return `text` with every secret replaced (`text` itself if none)."""
@@ -204,13 +191,10 @@ class SecretScanner:
             return redacted, whole[open_at:]
         return redacted, _next_context(whole)
 
-    def _prefilter(self, text: str, starts: list[int], *, near: bool = True) -> int:
+    def _prefilter(self, text: str, starts: list[int]) -> int:
         """The rules whose triggers `text` holds (plus those without any).
 
-        Adds where their matches can start to `starts`. `near=False` looks
-        for the key words of rules with a `reach` in the whole text, not
-        just before each needed character (JSON, where escapes move them
-        further away).
+        Adds where their matches can start to `starts`.
         """
         mask = self._always
         seen = 0
@@ -220,7 +204,7 @@ class SecretScanner:
                 continue
             seen |= gate.bit
             if gate.exact is not None or gate.near is not None:
-                mask |= at_places(text, gate, starts, near)
+                mask |= at_places(text, gate, starts)
         for group in self._loose:
             if group.bits and not seen & group.bits:
                 continue
@@ -296,9 +280,12 @@ def _next_context(whole: str) -> str:
     The word still being written at the end of `whole` (a key, a URL, a JWT
     split anywhere), with `_LEAD` characters before it.
     """
+    # Conditionals rather than `max`: this runs for every streamed piece.
     last = whole.rfind(" ")
-    tail = whole[last + 1 :]
-    if "\n" in tail or "\t" in tail:  # rare: a later newline or tab
+    if "\n" in whole or "\t" in whole:  # rare: a later newline or tab
         last = max(last, whole.rfind("\n"), whole.rfind("\t"))
-    last = max(last, len(whole) - _OPEN_LIMIT)
-    return whole[max(0, last - _LEAD) :]
+    floor = len(whole) - _OPEN_LIMIT
+    if last < floor:
+        last = floor
+    start = last - _LEAD
+    return whole[start:] if start > 0 else whole
