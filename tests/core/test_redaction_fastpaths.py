@@ -10,12 +10,14 @@ redact it (`REFERENCE`: the same rules without any pre-filter).
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from turnkeep.redaction import SecretRedactor
 from turnkeep.secretprobe import CAP
-from turnkeep.secretscan import DEFAULT_RULES, SecretScanner
+from turnkeep.secretscan import DEFAULT_RULES, Rule, SecretScanner
 
 PREFILTERED = SecretScanner(DEFAULT_RULES)
 REFERENCE = SecretScanner(
@@ -32,7 +34,8 @@ SECRETS = (
     "xoxb-----BEGINNING1234",  # a Slack token that starts like a PEM header
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhb",
     "postgresql://admin:hunter2secret@db.example.com/prod",
-    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7abc\n-----END RSA PRIVATE KEY-----",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7abc\n"
+    "-----END RSA PRIVATE KEY-----",
     "Bearer abcdef0123456789ABC",
     "BEARER abcdef0123456789ABC",
     "bEaReR abcdef0123456789ABC",
@@ -49,7 +52,7 @@ WORDS = (
     "the", "A", "Bob", "RARE", "EAR", "bear", "bearer", "earer", "Note:",
     "x=1", "a:b", "well-known", "k-", "_", "J", "eyJ", "AKI", "token", "Token",
     "SECRET", "pass", "key", "://", "@", "plän", "目標", "😀", "-----", "\n",
-    "ſ", "\u212a", "\u0130", "\u0131", "ERR", "BEAR", "Re:", "k=v:w",
+    "\u017f", "\u212a", "\u0130", "\u0131", "ERR", "BEAR", "Re:", "k=v:w",
 )  # fmt: skip
 """Prose, upper case, near-triggers and every needed character."""
 
@@ -90,7 +93,7 @@ def test_a_secret_in_a_streamed_reply_cut_anywhere_matches_the_rules(
 ) -> None:
     whole = f"{text} {secret} {text}"
     places = sorted({int(len(whole) * c) for c in cuts} | {0, len(whole)})
-    pieces = [whole[a:b] for a, b in zip(places, places[1:], strict=False)]
+    pieces = [whole[a:b] for a, b in itertools.pairwise(places)]
     got: list[str] = []
     want: list[str] = []
     context = reference = ""
@@ -135,3 +138,18 @@ def test_key_words_in_capitals_beyond_the_cap_are_found() -> None:
     # lowered copy instead of a look around each.
     text = "EAR " * (CAP + 2) + "BEARER abcdef0123456789ABC"
     assert PREFILTERED.scan(text) == "EAR " * (CAP + 2) + "BEARER [REDACTED:bearer]"
+
+
+def test_a_lowercase_trigger_written_with_a_look_alike_letter_is_found() -> None:
+    # `re` matches the Kelvin sign to `k` and the dotted capital I to `i`
+    # when ignoring case: the pre-filter looks around those too.
+    kit = Rule("kit", r"(?i)\bkit[a-z0-9]{8,}", triggers=("kit",))
+    scanner = SecretScanner((kit,))
+    reference = SecretScanner((attrs.evolve(kit, triggers=()),))
+    for word in ("kit", "KIT", "\u212ait", "k\u0130t", "K\u0131T"):
+        text = f"pl\u00e4n {word}abcdef012345 done"
+        assert (
+            scanner.scan(text)
+            == reference.scan(text)
+            == "pl\u00e4n [REDACTED:kit] done"
+        )
