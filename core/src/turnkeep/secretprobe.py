@@ -11,10 +11,10 @@ times.
 - A `Gate` per character some rule `needs`. When the character is there,
   each of its places (at most `CAP`) is looked at: the exact triggers that
   hold it are one regex matched there (`Gate.exact`), and the lowercase
-  triggers of rules with a `reach` are one case-insensitive regex searched
-  in the `reach` characters before it (`Gate.near`).
+  triggers of rules with a `reach` are one regex searched in a lowered copy
+  of the `reach` characters before it (`Gate.near`).
 - A `Loose` group per `needs` for the triggers not found that way: exact
-  ones (`://`, which does not hold the `@` its rule needs) are substring
+  ones that do not hold a character their rule needs are substring
   searches, lowercase ones `AnyCase` searches; run when one of the needed
   characters is there (always, for rules without `needs`).
 - `AnyCase`: a lowercase trigger in any case is either written in lower
@@ -102,8 +102,9 @@ class Gate:
             it (the part before it is a lookbehind), or `None`.
         hits: per exact trigger: the trigger, where `char` is in it, its
             rules and their lead (several may hold at one place).
-        near: the lowercase triggers of rules with a `reach`, ignoring case,
-            each branch ending in an empty group, or `None`.
+        near: the lowercase triggers of rules with a `reach`, each branch
+            ending in an empty group (searched in a lowered copy of the
+            `reach` characters before `char`), or `None`.
         near_rules: by the `lastindex` of a `near` match: rules and lead.
         far: the same triggers as `AnyCase`s, for text where `char` is
             there more than `CAP` times.
@@ -184,7 +185,7 @@ def _near(
                 lead = max(lead, other_lead)
         rules.append((bits, lead))
     body = "|".join(f"{re.escape(t)}()" for t in ordered)
-    return re.compile(f"(?i:{body})"), tuple(rules)
+    return re.compile(body), tuple(rules)
 
 
 def _check(rule: Rule) -> None:
@@ -293,13 +294,21 @@ def at_places(text: str, gate: Gate, starts: list[int]) -> int:
         if exact is not None and exact.match(text, at) is not None:
             rules |= _hits(text, at, hits, starts)
         if window is not None:
-            found = window.search(text, at - reach if at > reach else 0, at)
+            # A lowered copy of the few characters before `at` (with `FOLD`
+            # applied: same length) and a case-sensitive regex: `re`
+            # ignoring case costs several times more per character.
+            low = at - reach if at > reach else 0
+            part = text[low:at]
+            if not part.isascii():
+                part = part.translate(FOLD)
+            part = part.lower()
+            found = window.search(part)
             while found is not None:
                 bits, lead = near_rules[found.lastindex or 0]
                 start = found.start()
                 rules |= bits
-                starts.extend(range(start - lead, start + 1))
-                found = window.search(text, start + 1, at)
+                starts.extend(range(low + start - lead, low + start + 1))
+                found = window.search(part, start + 1)
         at = text.find(char, at + 1)
     return rules
 
