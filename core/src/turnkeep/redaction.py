@@ -292,11 +292,11 @@ def _strings(value: object, into: list[str]) -> None:
     if isinstance(value, str):
         into.append(value)
     elif isinstance(value, dict):
-        for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
+        for key, item in cast("dict[object, object]", value).items():
             _strings(key, into)
             _strings(item, into)
     elif isinstance(value, list):
-        for item in value:  # pyright: ignore[reportUnknownVariableType]
+        for item in cast("list[object]", value):
             _strings(item, into)
 
 
