@@ -76,6 +76,7 @@ async def test_cancel_while_the_model_streams(host: Host) -> None:
     assert [e.type for e in events] == [
         "turn/start",
         "user/message",
+        "run/context",
         "assistant/chunk",  # what was streamed stays in the log
         "turn/end",
     ]
