@@ -217,7 +217,11 @@ def _lines(stream: IO[bytes]) -> queue.Queue[bytes]:
 async def _turn(store: Store, session_id: str, text: str) -> None:
     async with store.host() as host:
         loop = await AgentLoop.resume(
-            "test-agent", session_id, host=host, model=ScriptedModel([Reply(text)] * 9)
+            "test-agent",
+            session_id,
+            host=host,
+            model=ScriptedModel([Reply(text)] * 9),
+            context="override",  # a writer of turns, not the session's own agent
         )
         await loop.run_turn(text)
         await loop.close()
