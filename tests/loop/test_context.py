@@ -324,3 +324,22 @@ def test_a_describe_that_returns_something_else_is_refused(host: Host) -> None:
     with pytest.raises(ConfigurationError, match="not a ModelInfo"):
         AgentLoop.create("a", host=host, model=_BadDescribe())  # pyright: ignore[reportArgumentType]
     assert host.sessions.list() == []
+
+
+@pytest.mark.asyncio
+async def test_a_model_or_tool_change_between_turns_is_recorded(host: Host) -> None:
+    model = ScriptedModel(["a", "b", "c", "d"], settings={"temperature": 0.0})
+    loop = AgentLoop.create("a", host=host, model=model, tools=[SpyTool("one")])
+    await loop.run_turn("1")
+    model.settings = {"temperature": 0.7}
+    await loop.run_turn("2")
+    loop.tools = {"two": SpyTool("two")}
+    await loop.run_turn("3")
+    await loop.run_turn("4")  # nothing changed since the third
+    recorded = contexts(list(host.sessions.get(loop.session_id).events))
+    assert [c.data.model.settings["temperature"] for c in recorded] == [0.0, 0.7, 0.7]
+    assert [[t.name for t in c.data.tools] for c in recorded] == [
+        ["one"],
+        ["one"],
+        ["two"],
+    ]

@@ -215,6 +215,7 @@ class ContextPlan:
         factory=dict[str, tuple[Tool, ToolInfo]]
     )
     _hashed: tuple[str, str] | None = None
+    _last: tuple[Settings, ModelInfo, tuple[Tool, ...], RunContextData] | None = None
 
     def current(
         self, settings: Settings, model: object, tools: Mapping[str, Tool]
@@ -225,12 +226,23 @@ class ContextPlan:
             ConfigurationError: a budget is invalid, or a token budget is set
                 for a model that declares no output cap.
         """
+        info = describe_model(model)
+        last = self._last
+        if (
+            last is not None
+            and last[0] == settings
+            and last[1] == info
+            and len(last[2]) == len(tools)
+            and all(a is b for a, b in zip(last[2], tools.values(), strict=False))
+        ):
+            return last[3]  # the same as last turn: nothing to build or check
         instructions, max_steps, max_tokens, deadline = settings
         budgets = check_budgets(max_steps, max_tokens, deadline)
         context = self.build(
-            instructions=instructions, model=model, tools=tools, budgets=budgets
+            instructions=instructions, model=info, tools=tools, budgets=budgets
         )
         output_reserve(context.model, budgets)
+        self._last = (settings, info, tuple(tools.values()), context)
         return context
 
     def build(
@@ -253,7 +265,7 @@ class ContextPlan:
         return RunContextData(
             instructions_sha256=sha,
             instructions=inline,
-            model=describe_model(model),
+            model=model if isinstance(model, ModelInfo) else describe_model(model),
             tools=[self._tool(t) for t in tools.values()],
             budgets=budgets,
         )
@@ -263,7 +275,10 @@ class ContextPlan:
     ) -> list[RunContextData | RunInstructionsData]:
         """The payloads to append before a model call (none if unchanged)."""
         recorded = recorded_context(session)
-        if recorded.context is not None and not differences(recorded.context, current):
+        last = recorded.context
+        # `==` first: the common case, cheap; `differences` compares
+        # instructions by hash only (their stored text may be redacted).
+        if last is not None and (last == current or not differences(last, current)):
             return []
         out: list[RunContextData | RunInstructionsData] = []
         sha = current.instructions_sha256
