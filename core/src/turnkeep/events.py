@@ -48,6 +48,7 @@ __all__ = [
     "TurnStart",
     "TurnStartData",
     "TurnStatus",
+    "TurnUsage",
     "UserMessage",
     "UserMessageData",
     "define_event_type",
@@ -284,6 +285,27 @@ class TurnCheckpointData(_Payload, frozen=True, kw_only=True, gc=False):
     reason: str
 
 
+class TurnUsage(_Payload, frozen=True, kw_only=True, gc=False):
+    """What a turn used, in its `turn/end` (format version 2).
+
+    Attributes:
+        input_tokens: model input tokens the model reported (`None`: it
+            reported none).
+        output_tokens: model output tokens it reported (`None`: none).
+        model_ms: milliseconds spent in model calls.
+        tool_ms: milliseconds spent running tools.
+        events: events the turn appended before its `turn/end`.
+        bytes: their stored size in bytes (as encoded).
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model_ms: int = 0
+    tool_ms: int = 0
+    events: int = 0
+    bytes: int = 0
+
+
 class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
     """Payload of `turn/end`.
 
@@ -291,11 +313,15 @@ class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
         turn: the turn number.
         status: how the turn ended.
         error: a short description when `status` is not `completed`.
+        usage: what the turn used in the process that ended it (for a turn
+            recovery closed, only what recovery did); `None` in logs written
+            before format version 2.
     """
 
     turn: int
     status: TurnStatus
     error: str | None = None
+    usage: TurnUsage | None = None
 
 
 class ModelInfo(_Payload, frozen=True, kw_only=True, gc=False):

@@ -53,6 +53,7 @@ from turnkeep.agent.turns import (
     TurnResult,
     request_cancel,
 )
+from turnkeep.agent.usage import UsageMeter
 from turnkeep.errors import TurnInProgressError
 from turnkeep.events import RunContextData, SessionEvent
 from turnkeep.host import Host
@@ -188,8 +189,7 @@ class AgentLoop:
             continue_turn: continue a cut-off turn by asking the model again,
                 instead of closing it as interrupted.
             steal: take the session over from another owner (fencing it).
-            instructions: as `create`; `RECORDED` (each one's default)
-                takes the session's recorded value.
+            instructions: as `create`; `RECORDED` takes the recorded one.
             max_steps: as `create`, or `RECORDED`.
             max_tokens: as `create`, or `RECORDED`.
             deadline: as `create`, or `RECORDED`.
@@ -490,6 +490,7 @@ class AgentLoop:
             ),
             context=context,
             plan=self._plan,
+            meter=UsageMeter(self.host.codec.encode),
         )
 
     async def _flush(self, running: Running, session: Session) -> None:

@@ -51,6 +51,7 @@ from turnkeep.agent.turns import (
     TurnResult,
     call_id_for,
 )
+from turnkeep.agent.usage import UsageMeter
 from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
 from turnkeep.events import (
     AssistantChunk,
@@ -113,6 +114,7 @@ class TurnRunner:
     budget: TurnBudget
     context: RunContextData
     plan: ContextPlan
+    meter: UsageMeter
 
     @property
     def session(self) -> Session:
@@ -125,6 +127,7 @@ class TurnRunner:
         """Start the next turn with the user's message and run it to its end."""
         session = self.session
         turn = last_turn_number(session.events) + 1
+        self.meter.start()
         start = self._emit(TurnStart, TurnStartData(turn=turn))
         session.set_summary(status="active")
         return await self._finish(
@@ -151,6 +154,7 @@ class TurnRunner:
         found = open_turn(session.events)
         if found is None:
             return RecoveryReport(session_id=session.id), None
+        self.meter.start()
         names = {c.data.call_id: c.data.name for c in found.unanswered}
         interrupted: list[str] = []
         rerun: list[ToolCallData] = []
@@ -267,7 +271,10 @@ class TurnRunner:
         text: str,
     ) -> TurnResult:
         self.running.phase = "end"
-        end = self._emit(TurnEnd, TurnEndData(turn=turn, status=status, error=error))
+        usage = self.meter.finish()
+        end = self._emit(
+            TurnEnd, TurnEndData(turn=turn, status=status, error=error, usage=usage)
+        )
         self.session.set_summary(status=_SUMMARY_STATUS[status])
         await self.flush(self.session)
         return TurnResult(
@@ -295,6 +302,8 @@ class TurnRunner:
         calls: list[ModelToolCall] = []
         usage: Usage | None = None
         self.running.phase = "model"
+        meter = self.meter
+        started = meter.clock()
         try:
             stream = self.model.stream(request)
         except Exception as exc:
@@ -328,6 +337,8 @@ class TurnRunner:
             # Charged also for a call that failed or was cancelled: it may
             # have produced output the provider bills.
             self.budget.charge(usage)
+            meter.reported(usage)
+            meter.model_seconds += meter.clock() - started
         text = "".join(parts)
         # Always recorded, even empty: it marks where this model call's tool
         # calls begin, so history keeps one assistant message per call.
@@ -405,6 +416,7 @@ class TurnRunner:
         )
         status: ToolResultStatus = "ok"
         self.running.phase = "tool"
+        started = self.meter.clock()
         try:
             # A copy: a tool that mutates its arguments must not change the
             # logged call under the log's feet.
@@ -427,6 +439,7 @@ class TurnRunner:
             output, status = f"{type(exc).__name__}: {exc}", "error"
         finally:
             self.running.phase = "between"
+            self.meter.tool_seconds += self.meter.clock() - started
         self._result(data.call_id, output, status)
 
     def _may_rerun(self, data: ToolCallData) -> bool:
@@ -451,6 +464,7 @@ class TurnRunner:
     def _emit(self, kind: type[E], data: object) -> E:
         # The payload names its event type; `kind` only types the result.
         event = cast(E, self.session.append(data))
+        self.meter.appended(event)
         for sink in self.running.sinks:
             sink(event)
         return event
