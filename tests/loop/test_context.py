@@ -23,6 +23,7 @@ from turnkeep.agent.recovery import pairing_problems
 from turnkeep.errors import ConfigurationError, ContextMismatchError
 from turnkeep.events import (
     AssistantMessageData,
+    ModelInfo,
     RunContext,
     RunInstructions,
     SessionEvent,
@@ -343,3 +344,30 @@ async def test_a_model_or_tool_change_between_turns_is_recorded(host: Host) -> N
         ["one"],
         ["two"],
     ]
+
+
+class _SharedSettings:
+    """A model that hands out its own settings dict and changes it later."""
+
+    def __init__(self) -> None:
+        self.settings: dict[str, Any] = {"temperature": 0.0}
+        self.inner = ScriptedModel(["a", "b"])
+
+    def describe(self) -> ModelInfo:
+        return ModelInfo(name="shared", settings=self.settings)
+
+    def stream(self, request: ModelRequest) -> Any:
+        return self.inner.stream(request)
+
+
+@pytest.mark.asyncio
+async def test_a_model_mutating_the_settings_it_returned_is_still_seen(
+    host: Host,
+) -> None:
+    model = _SharedSettings()
+    loop = AgentLoop.create("a", host=host, model=model)
+    await loop.run_turn("1")
+    model.settings["temperature"] = 0.9  # the same dict, changed in place
+    await loop.run_turn("2")
+    recorded = contexts(list(host.sessions.get(loop.session_id).events))
+    assert [c.data.model.settings["temperature"] for c in recorded] == [0.0, 0.9]

@@ -153,7 +153,11 @@ def describe_model(model: object) -> ModelInfo:
             f"{type(model).__name__}.describe() returned {type(info).__name__}, "
             "not a ModelInfo"
         )
-    return info
+    # A copy: a model that later changes the dict it returned must not
+    # change the context recorded (or compared) under the log's feet.
+    return ModelInfo(
+        name=info.name, provider=info.provider, settings=dict(info.settings)
+    )
 
 
 _WORD: Final = re.compile(r"\S+\s*|\s+")
