@@ -97,7 +97,11 @@ async def test_a_crashed_turn_is_settled_and_a_live_owner_is_left_alone() -> Non
         assert open_turn(await stored_events(service, "alive")) is not None
 
         again = await AgentLoop.resume(
-            "a", "crashed", host=service, model=ScriptedModel(["x", "y", "back"])
+            "a",
+            "crashed",
+            host=service,
+            model=ScriptedModel(["x", "y", "back"]),
+            tools=[act],
         )
         assert again.recovery is not None
         assert not again.recovery.recovered

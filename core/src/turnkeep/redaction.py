@@ -35,6 +35,8 @@ from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
     AssistantMessage,
+    RunContext,
+    RunInstructions,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -129,6 +131,8 @@ _TEXT_FIELDS: Final[dict[type[SessionEvent], tuple[str, ...]]] = {
     ToolCall: ("arguments",),
     ToolResult: ("output",),
     TurnEnd: ("error",),
+    RunContext: ("instructions",),
+    RunInstructions: ("text",),
 }
 """The vocabulary's free-text fields: what people and models write. Ids,
 names, numbers and statuses are the loop's own and are not scanned."""

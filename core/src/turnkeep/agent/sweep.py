@@ -22,7 +22,7 @@ from typing import Final, Literal, TypeAlias
 import attrs
 
 from turnkeep.agent.loop import AgentLoop
-from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.tools import Tool
 from turnkeep.errors import (
@@ -72,6 +72,10 @@ class _NoModel:
         """Refuse: the sweep does not call models."""
         raise ModelError("recovery of interrupted sessions does not call models")
         yield  # pragma: no cover - makes this an async generator
+
+    def describe(self) -> ModelInfo:
+        """No model: recovery only."""
+        return ModelInfo(name="none", provider="turnkeep-recovery")
 
 
 async def recover_interrupted(
@@ -132,8 +136,15 @@ async def recover_interrupted(
 async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResult:
     try:
         # No steal: an owner that is alive keeps its session.
+        # The sweep is not the session's agent: its context differs by
+        # design, and recovery that asks no model records none.
         loop = await AgentLoop.resume(
-            SWEEP_AGENT_ID, session_id, host=host, model=_NoModel(), tools=tools
+            SWEEP_AGENT_ID,
+            session_id,
+            host=host,
+            model=_NoModel(),
+            tools=tools,
+            context="override",
         )
     except SessionLockedError as exc:
         return SweepResult(session_id, "held", error=str(exc))
