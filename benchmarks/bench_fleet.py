@@ -15,9 +15,12 @@ loops appended, encoded with msgspec inside the timed region):
   one task per session, each turn its own transaction on a pool of 16
   connections (as `bench_postgres`), so the server group-commits them.
 
-Goal: turnkeep >= 4x raw for both. Repetitions (`BENCH_REPS`, 3) alternate
-turnkeep and raw; the ratio printed is the median of the paired runs. A
-PostgreSQL server that does not answer is reported and skipped.
+Goal: turnkeep >= 4x raw for both. Beside them, the same fleet on the
+memory backend (the loop with no I/O at all) shows the loop's own ceiling:
+when it is below 4x raw, no backend can reach the goal on this path.
+Repetitions (`BENCH_REPS`, 3) alternate turnkeep, raw and the memory run;
+the ratio printed is the median of the paired runs. A PostgreSQL server
+that does not answer is reported and skipped.
 """
 
 from __future__ import annotations
@@ -154,9 +157,15 @@ def raw_sqlite(directory: Path, work: Turns) -> float:
     return took
 
 
+def ceiling(rep: int) -> float:
+    """Seconds for the same fleet on the memory backend: the loop, no I/O."""
+    return asyncio.run(fleet(Config(persistence="memory"), f"m{rep}"))[0]
+
+
 def sqlite() -> dict[str, Any]:
     ours: list[float] = []
     base: list[float] = []
+    bare: list[float] = []
     turns = 0
     for rep in range(REPS):
         with scratch() as root:
@@ -169,7 +178,8 @@ def sqlite() -> dict[str, Any]:
             ours.append(took)
             turns = sum(len(t) for t in work.values())
             base.append(raw_sqlite(root, work))
-    return _report("SQLite", "raw one-txn-per-turn", ours, base, turns)
+            bare.append(ceiling(rep))
+    return _report("SQLite", "raw one-txn-per-turn", ours, base, bare, turns)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------
@@ -244,6 +254,7 @@ def postgres() -> dict[str, Any] | None:
         return None
     ours: list[float] = []
     base: list[float] = []
+    bare: list[float] = []
     turns = 0
     prefix = f"tk_fleet_{os.getpid()}"
     for rep in range(REPS):
@@ -258,29 +269,39 @@ def postgres() -> dict[str, Any] | None:
             ours.append(took)
             turns = sum(len(t) for t in work.values())
             base.append(asyncio.run(raw_psycopg(raw_schema, work)))
+            bare.append(ceiling(rep))
         finally:
             _drop(schema)
             _drop(raw_schema)
-    return _report("PostgreSQL", "raw psycopg, txn per turn", ours, base, turns)
+    return _report("PostgreSQL", "raw psycopg, txn per turn", ours, base, bare, turns)
 
 
 # -- report ----------------------------------------------------------------------------
 
 
 def _report(
-    name: str, baseline: str, ours: list[float], base: list[float], turns: int
+    name: str,
+    baseline: str,
+    ours: list[float],
+    base: list[float],
+    bare: list[float],
+    turns: int,
 ) -> dict[str, Any]:
     ratio = statistics.median(b / o for o, b in zip(ours, base, strict=True))
     tk, raw = turns / statistics.median(ours), turns / statistics.median(base)
+    top = turns / statistics.median(bare)
     print(f"{name}: {SESSIONS} sessions x {TURNS} turns through AgentLoop.run_turn")
-    print(f"  turnkeep {tk:8,.0f} turns/s")
+    print(f"  turnkeep                 {tk:8,.0f} turns/s")
     print(f"  {baseline:<24} {raw:8,.0f} turns/s")
+    print(f"  memory backend (no I/O)  {top:8,.0f} turns/s: the loop's own ceiling")
     print(f"  turnkeep / raw: {ratio:.2f}x (median of paired runs; goal >= 4x)")
+    print(f"  ceiling / raw:  {top / raw:.2f}x (what no backend can pass here)")
     return {
         "sessions": SESSIONS,
         "turns": turns,
         "turnkeep_turns_per_s": tk,
         "raw_turns_per_s": raw,
+        "memory_turns_per_s": top,
         "ratio": ratio,
     }
 
