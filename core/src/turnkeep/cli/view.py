@@ -30,7 +30,7 @@ from turnkeep.cli.output import (
 )
 from turnkeep.cli.runtime import about, common_options, execute, open_store
 from turnkeep.cli.sessions import SessionRow, row
-from turnkeep.cli.transcript import event_line, render_transcript
+from turnkeep.cli.transcript import event_line, render_entries, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
 from turnkeep.ids import validate_session_id
@@ -99,6 +99,8 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
                     emit_raw_line(event)
                 return 0
             events = codec.decode_log(loaded.events, session_id=session_id)
+            # Asked while the host runs: closing it unregisters the plugins.
+            entries = store.host.render_transcript(events)
         if messages:
             emit_json(derive_messages(events))
             return 0
@@ -117,7 +119,10 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
             return 0
         out = console()
         _header(out, loaded)
-        render_transcript(events, out, session_id=session_id, full=full)
+        if entries is not None:
+            render_entries(entries, out, full=full)
+        else:
+            render_transcript(events, out, session_id=session_id, full=full)
         return 0
 
     execute(body)
