@@ -48,6 +48,9 @@ Item = dict[str, Any]
 _WINDOW: Final = 256
 """At most this many events are read from storage per call while walking."""
 
+_JUMP: Final = 16
+"""At most this many events are read from storage right after a jump."""
+
 _FIRST_PROMPT: Final = 500
 """Characters of the first user message kept as the session's first prompt."""
 
@@ -198,10 +201,17 @@ class StoreItems:
         except SessionNotFoundError:
             return []
         cache: dict[int, SessionEvent] = {}
+        previous = [last + 1]
 
         async def fetch(seq: int, wanted: int) -> SessionEvent:
+            # Read back from `seq` as many events as items are still wanted
+            # (each holds at least one), fewer right after a jump over
+            # popped or cleared events, which may be followed by another.
+            jumped = seq != previous[0] - 1
+            previous[0] = seq
             if seq not in cache:
-                start = max(0, seq - min(max(wanted, 1), _WINDOW) + 1)
+                span = min(max(wanted, 1), _JUMP if jumped else _WINDOW)
+                start = max(0, seq - span + 1)
                 raws = await read_after(backend, session_id, start - 1, seq - start + 1)
                 for offset, raw in enumerate(raws):
                     cache[start + offset] = codec.decode(raw)
