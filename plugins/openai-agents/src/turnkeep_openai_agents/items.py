@@ -45,9 +45,6 @@ __all__ = ["Item", "Shared", "StoreItems", "copy_items"]
 
 Item = dict[str, Any]
 
-_WINDOW: Final = 256
-"""At most this many events are read from storage per call while walking."""
-
 _JUMP: Final = 16
 """At most this many events are read from storage right after a jump."""
 
@@ -204,13 +201,14 @@ class StoreItems:
         previous = [last + 1]
 
         async def fetch(seq: int, wanted: int) -> SessionEvent:
-            # Read back from `seq` as many events as items are still wanted
-            # (each holds at least one), fewer right after a jump over
-            # popped or cleared events, which may be followed by another.
+            # Read back from `seq`, in one call, as many events as items are
+            # still wanted (each holds at least one): one pass, whatever the
+            # backend's cost per call. Right after a jump over popped or
+            # cleared events only a few, as another jump may follow.
             jumped = seq != previous[0] - 1
             previous[0] = seq
             if seq not in cache:
-                span = min(max(wanted, 1), _JUMP if jumped else _WINDOW)
+                span = min(max(wanted, 1), _JUMP) if jumped else max(wanted, 1)
                 start = max(0, seq - span + 1)
                 raws = await read_after(backend, session_id, start - 1, seq - start + 1)
                 for offset, raw in enumerate(raws):
@@ -227,7 +225,7 @@ class StoreItems:
         stack = EMPTY
         seq = last
         while seq >= 0:  # the last event of ours (others are not expected)
-            event = await fetch(seq, limit if limit is not None else _WINDOW)
+            event = await fetch(seq, limit if limit is not None else 1)
             if is_oai(event):
                 stack = stack_after(event)
                 break
