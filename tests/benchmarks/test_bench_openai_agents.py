@@ -15,6 +15,7 @@ from benchmarks import bench_openai_agents as bench
 
 
 @pytest.mark.slow
+@pytest.mark.postgres  # the PostgreSQL contestant must be measured
 def test_every_contestant_has_every_figure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench, "TURNS", 5)
     monkeypatch.setattr(bench, "ITEMS", 40)

@@ -120,7 +120,15 @@ def make_sessions(
             sessions.close()
 
 
-@pytest.fixture(params=KINDS)
+def kind_params(kinds: tuple[str, ...]) -> list[Any]:
+    """The kinds as fixture params, PostgreSQL's marked `postgres`."""
+    return [
+        pytest.param(k, marks=pytest.mark.postgres) if k == "postgres" else k
+        for k in kinds
+    ]
+
+
+@pytest.fixture(params=kind_params(KINDS))
 def sessions(
     request: pytest.FixtureRequest, make_sessions: Callable[[str], Sessions]
 ) -> Sessions:
@@ -128,7 +136,7 @@ def sessions(
     return make_sessions(request.param)
 
 
-@pytest.fixture(params=DURABLE)
+@pytest.fixture(params=kind_params(DURABLE))
 def durable(
     request: pytest.FixtureRequest, make_sessions: Callable[[str], Sessions]
 ) -> Sessions:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from agents import Runner
-from tests.plugins.openai_agents.conftest import Sessions
+from tests.plugins.openai_agents.conftest import Sessions, kind_params
 
 from sdk_agent import make_agent
 from turnkeep import Config, Host
@@ -56,7 +56,7 @@ def item(thread: int, n: int) -> Any:
     return {"role": "user", "content": f"t{thread} #{n}"}
 
 
-@pytest.fixture(params=STORES)
+@pytest.fixture(params=kind_params(STORES))
 def store(
     request: pytest.FixtureRequest, make_sessions: Callable[[str], Sessions]
 ) -> Sessions:
