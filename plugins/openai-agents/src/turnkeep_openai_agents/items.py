@@ -23,6 +23,7 @@ import msgspec
 from turnkeep.errors import FlushError, SessionCorruptError, SessionNotFoundError
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
+from turnkeep.lossless import checks_for
 from turnkeep.persistence import last_durable_seq, read_after
 from turnkeep.session import Session
 
@@ -30,6 +31,7 @@ from .events import (
     EMPTY,
     ClearData,
     ItemsData,
+    OaiItems,
     PopData,
     Stack,
     below,
@@ -64,12 +66,20 @@ class Shared:
     live: Session | None = None
 
 
+_lossless: Final = checks_for([OaiItems])[OaiItems]
+
+
 def copy_items(items: Sequence[Any]) -> list[Item]:
     """A deep copy of JSON items (what is stored is what was given then).
 
     Raises:
-        TypeError: an item is not JSON (msgspec's message names it).
+        LossyPayloadError: an item holds a value JSON would give back as
+            something else (a set, tuple, bytes, NaN, a non-text key, an
+            object); the message names its path. Nothing was stored.
     """
+    _lossless(
+        OaiItems(seq=0, time=0, data=ItemsData(items=list(items), below=None, length=0))
+    )
     return cast("list[Item]", _decoder.decode(_encoder.encode(items)))
 
 

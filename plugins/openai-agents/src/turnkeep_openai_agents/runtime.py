@@ -134,7 +134,7 @@ class _Background:
     runners: dict[StoreKey, Runner] = attrs.field(factory=dict[StoreKey, Runner])
 
 
-_guard = threading.Lock()
+_guard = threading.RLock()  # re-entrant: a session's __del__ may run under it
 _background: _Background | None = None
 _hosted: dict[int, Runner] = {}
 """Runners over hosts callers passed, by `id(host)` (each keeps its host)."""

@@ -9,6 +9,7 @@ process per session, readable with the `turnkeep` command.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -94,7 +95,8 @@ class TurnkeepSession:
         Raises:
             SessionClosedError: this object was closed.
             SessionLockedError: another process writes this session.
-            EventRejectedError: an item is not JSON, or the batch is larger
+            EventRejectedError: an item is not plain JSON
+                (`LossyPayloadError`, naming where), or the batch is larger
                 than `max_event_bytes`; nothing was stored.
             FlushError: the store failed (the change may or may not be
                 stored: the next read says which).
@@ -136,9 +138,12 @@ class TurnkeepSession:
     def __del__(self) -> None:
         # An object dropped without close() no longer counts as a user (its
         # writer role is released at exit, or when another object closes).
-        if not getattr(self, "_closed", True):
-            self._closed = True
-            leave(self._key, self.session_id)
+        # Never raises: it may run at interpreter exit, or inside a garbage
+        # collection anywhere.
+        with contextlib.suppress(Exception):
+            if not getattr(self, "_closed", True):
+                self._closed = True
+                leave(self._key, self.session_id)
 
     # -- helpers -------------------------------------------------------------
 
