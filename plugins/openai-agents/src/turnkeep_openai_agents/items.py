@@ -80,6 +80,11 @@ def copy_items(items: Sequence[Any]) -> list[Item]:
     _lossless(
         OaiItems(seq=0, time=0, data=ItemsData(items=list(items), below=None, length=0))
     )
+    return _copy(items)
+
+
+def _copy(items: Sequence[Any]) -> list[Item]:
+    # Stored items passed the check when they were added.
     return cast("list[Item]", _decoder.decode(_encoder.encode(items)))
 
 
@@ -111,7 +116,7 @@ class StoreItems:
                 found = take(last_stack(events), limit, events, shared.session_id)
             else:
                 found = await self._stored(shared.session_id, limit)
-        return copy_items(found)
+        return _copy(found)
 
     async def add(self, session_id: str, items: list[Item]) -> None:
         """Push `items` in one event, durable when this returns."""
@@ -138,12 +143,12 @@ class StoreItems:
             stack = last_stack(events)
             if stack.top is None:
                 return None
+            (item,) = take(stack, 1, events, shared.session_id)  # checks the pointer
             data = items_of(events[stack.top.seq], shared.session_id)
-            item = data.items[stack.top.index]
             after = PopData(top=below(stack.top, data), length=stack.length - 1)
             session.append(after)
             await self._flush(shared, session)
-        return copy_items([item])[0]
+        return _copy([item])[0]
 
     async def clear(self, session_id: str) -> None:
         """Remove every item (one `oai/clear` event; nothing if already empty)."""
