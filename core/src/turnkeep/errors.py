@@ -1,10 +1,9 @@
 """Every error turnkeep raises: one tree under `TurnkeepError`.
 
-Each class carries a stable `code` to route on (never parse messages), and
-mixes in the builtin whose meaning fits, so `except LookupError` still works
-for callers that do not know turnkeep. Backends wrap driver errors
-(`OSError`, `sqlite3.Error`, `psycopg.Error`) in these with `raise ... from`.
-Messages say what happened, to which session, and what to do.
+Each class carries a stable `code` to route on (never parse messages) and
+mixes in the builtin whose meaning fits (`except LookupError` still works).
+Backends wrap driver errors (`OSError`, `sqlite3.Error`, `psycopg.Error`) in
+these with `raise ... from`. Messages say what happened, to what, what to do.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "CancelUnsupportedError",
     "ConfigurationError",
     "EventDecodeError",
     "EventNotSerializableError",
@@ -245,8 +245,7 @@ class UnknownEventTypeError(EventDecodeError):
 class ImportInputError(TurnkeepError, ValueError):
     """A file given to `turnkeep import` cannot be read as a conversation.
 
-    The message names the file and line (not JSON or UTF-8, empty, nested
-    too deeply, a wrong shape); nothing was stored.
+    The message names the file and line and what is wrong; nothing was stored.
 
     Attributes:
         path: the file as the user named it (`-` for stdin), when known.
@@ -289,6 +288,12 @@ class StorageError(PersistenceError, OSError):
     """
 
     code = "storage"
+
+
+class CancelUnsupportedError(PersistenceError):
+    """The backend cannot record a cancel request for another process."""
+
+    code = "cancel-unsupported"
 
 
 class SequenceError(PersistenceError, ValueError):
