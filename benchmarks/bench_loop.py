@@ -52,6 +52,7 @@ from benchmarks.peers import disk_bytes
 from benchmarks.workload import CHUNKS, Workload
 from turnkeep import AgentLoop, Host, SessionEvent, function_tool
 from turnkeep.agent import ModelOutput, ModelRequest, ModelToolCall, TextDelta
+from turnkeep.events import ModelInfo
 
 TURNS = int(os.environ.get("BENCH_LOOP_TURNS", "200"))
 REPS = int(os.environ.get("BENCH_REPS", "3"))
@@ -139,6 +140,10 @@ class LeanModel:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self.calling = True
+
+    def describe(self) -> ModelInfo:
+        """A test double: named by its class."""
+        return ModelInfo(name="LeanModel", provider="test")
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         if self.calling:

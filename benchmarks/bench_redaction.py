@@ -15,7 +15,7 @@ round-robin, REPS times:
 - `redact_triggered`: the same with a trigger word and a colon (`token:`)
   in every text field, so each field also takes the combined regex pass;
 - `redact_prose`: the same with capitals, `:`, `-` and `A` in every text
-  field (every gate passes, lowercase triggers need a lowered copy);
+  field (every needed character is there, and a capital of `bearer`);
 - `high_entropy`: `redact_clean` with the opt-in high-entropy rule on (it
   has no pre-filter: every text takes the regex pass);
 - `sequential`: the rules applied one regex at a time, as before issue 12
@@ -105,8 +105,8 @@ TRIGGER = " token: x "
 """A trigger and the `:` an assignment needs, but no secret: the field takes
 the regex pass and is kept as it is."""
 PROSE = " Note: A well-known case, e.g. Bob's. "
-"""Capitals, `:`, `-` and `A`: the gates pass and lowercase triggers are
-looked for in a lowered copy (prose rather than the benchmark's words)."""
+"""Capitals, `:`, `-` and `A`: the places of needed characters and of a
+capital of `bearer` are looked at (prose rather than the benchmark's words)."""
 
 
 def workload(turns: int) -> list[list[SessionEvent]]:

@@ -31,6 +31,7 @@ PACKAGES = (
     "openai-agents",
     "langgraph",
     "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
     "langchain-core",
     "matplotlib",
 )
@@ -179,6 +180,7 @@ def summary(results: dict[str, Any]) -> str:
                 f"{_fmt_ratio(r['sqlite'][key], goal)} |"
             )
         lines.append("")
+    lines += _langgraph(results.get("bench_langgraph"))
     m = results["machine"]
     disk = m["disk"]
     lines += [
@@ -196,6 +198,29 @@ def summary(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _langgraph(lg: dict[str, Any] | None) -> list[str]:
+    """The LangGraph checkpointer table (`bench_langgraph`), if it ran."""
+    if lg is None:
+        return []
+    lines = [
+        f"A LangGraph graph of {lg['steps']} steps (one message each), "
+        f"median of {lg['reps']} runs; time against `InMemorySaver`, disk "
+        f"against the messages' text ({lg['payload_bytes']:,} bytes).",
+        "",
+        "| saver | µs per step | / in memory | last 20 / first 20 | disk bytes "
+        "| disk / payload |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for e in lg["contestants"].values():
+        lines.append(
+            f"| {e['label']} | {e['us_per_step']:,.0f} | {e['over_memory']:.2f} | "
+            f"{e['growth']:.2f} | {e['disk_bytes']:,.0f} | "
+            f"{e['disk_over_payload']:.2f}x |"
+        )
+    lines.append("")
+    return lines
 
 
 def _loads(values: list[float]) -> str:

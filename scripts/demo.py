@@ -8,6 +8,9 @@
    cut-off call as interrupted, outcome unknown, and does not run it again;
    the model inspects the workspace instead, and finishes the task.
 4. The demo checks that the test ran exactly once and says so.
+5. A third process tries to continue the session with other instructions:
+   turnkeep refuses, because the session recorded what it ran with, and
+   says what differs.
 
 Nothing is configured here, so the agent uses turnkeep's embedded default
 store (the `jsonl` plugin, under the user data directory); `turnkeep.toml`
@@ -26,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from turnkeep import Host, load_config
+from turnkeep import AgentLoop, Host, load_config
+from turnkeep.errors import ContextMismatchError
 from turnkeep.events import ToolCall, ToolResult, TurnEnd
 
 RULE = "-" * 72
@@ -112,6 +116,31 @@ async def audit(session_id: str, workspace: Path) -> tuple[int, int, str]:
     return runs, interrupted, ends[-1].data.status if ends else "none"
 
 
+async def other_instructions(session_id: str, workspace: Path) -> list[str]:
+    """Resume with the agent's tools and model but other instructions.
+
+    Returns what turnkeep said differs (nothing if it was not refused).
+    """
+    from coding_agent.agent import AGENT_ID, choose_model
+    from coding_agent.tools import workspace_tools
+    from coding_agent.workspace import Workspace
+
+    async with Host(load_config(workspace.parent)) as host:
+        try:
+            loop = await AgentLoop.resume(
+                AGENT_ID,
+                session_id,
+                host=host,
+                model=choose_model()[0],
+                tools=workspace_tools(Workspace(workspace)),
+                instructions="Skip the tests and just write the files.",
+            )
+        except ContextMismatchError as exc:
+            return list(exc.differences)
+        await loop.close()
+    return []
+
+
 def main() -> int:
     """Run the demo; exit non-zero if anything did not happen as promised."""
     workspace = Path(tempfile.mkdtemp(prefix="turnkeep-demo-")) / "workspace"
@@ -170,6 +199,19 @@ def main() -> int:
         say(f"- the turn ended {status!r} (should be 'completed').")
         say(RULE)
         return 1
+    say("4. Another process tries to continue the session with different")
+    say('   instructions ("Skip the tests and just write the files.").')
+    refused = asyncio.run(other_instructions(session_id, workspace))
+    if not refused:
+        say("demo: the session was continued with other instructions, unchecked.")
+        say(RULE)
+        return 1
+    say("   turnkeep refused: the session recorded the context it ran with,")
+    say("   and this one differs in:")
+    for difference in refused:
+        say(f"   - {difference}")
+    say("   Nothing was written; the session is as it was.")
+    say(RULE)
     say("What happened:")
     say(f"- The session was stored by the {store!r} plugin and survived the kill.")
     say(
@@ -183,6 +225,10 @@ def main() -> int:
     say(
         f"- The test ran {times(runs_after)} in all, although the process died "
         f"while running it ({runs} run_command call in the log)."
+    )
+    say(
+        "- A process with other instructions was refused before it could "
+        'run a turn (pass context="override" to accept a change on purpose).'
     )
     say(RULE)
     return 0

@@ -88,6 +88,20 @@ def test_show_messages_is_derive_messages(store: Store) -> None:
     assert msgspec.json.decode(result.stdout) == msgspec.json.decode(expected)
 
 
+def test_show_totals_the_usage_of_the_turns(store: Store) -> None:
+    asyncio.run(converse(store, "s"))
+    out = cli("show", "s", store=store).stdout
+    assert "usage    3 turn(s): tokens in not reported, out not reported;" in out
+    shown: dict[str, Any] = msgspec.json.decode(
+        cli("show", "s", "--json", store=store).stdout
+    )
+    usage = shown["usage"]
+    assert usage["turns"] == 3
+    assert usage["input_tokens"] is None
+    assert usage["events"] > 0
+    assert usage["bytes"] > 0
+
+
 def test_show_json(store: Store) -> None:
     asyncio.run(crash_in_turn(store, "s"))
     shown: dict[str, Any] = msgspec.json.decode(
@@ -217,7 +231,11 @@ def _lines(stream: IO[bytes]) -> queue.Queue[bytes]:
 async def _turn(store: Store, session_id: str, text: str) -> None:
     async with store.host() as host:
         loop = await AgentLoop.resume(
-            "test-agent", session_id, host=host, model=ScriptedModel([Reply(text)] * 9)
+            "test-agent",
+            session_id,
+            host=host,
+            model=ScriptedModel([Reply(text)] * 9),
+            context="override",  # a writer of turns, not the session's own agent
         )
         await loop.run_turn(text)
         await loop.close()

@@ -59,6 +59,13 @@ SAMPLE_DATA: dict[str, object] = {
     "tool/result": {"call_id": "c", "output": "o"},
     "turn/checkpoint": {"turn": 1, "reason": "unsafe-tool"},
     "turn/end": {"turn": 1, "status": "completed"},
+    "run/context": {
+        "instructions_sha256": None,
+        "model": {"name": "m", "provider": "p", "settings": {}},
+        "tools": [],
+        "budgets": {"max_steps": 16},
+    },
+    "run/instructions": {"sha256": "0" * 64, "text": "be brief"},
 }
 
 

@@ -22,7 +22,13 @@ from turnkeep.errors import (
     EventRejectedError,
     LossyPayloadError,
 )
-from turnkeep.events import ToolCall, ToolCallData, UserMessageData, define_event_type
+from turnkeep.events import (
+    RunContext,
+    ToolCall,
+    ToolCallData,
+    UserMessageData,
+    define_event_type,
+)
 from turnkeep.hookspecs import RegisterEventType
 
 WHEN = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
@@ -122,8 +128,10 @@ async def test_declared_bytes_and_datetime_fields_are_accepted() -> None:
         assert info.value.path == "data.extra.when"
 
 
-def test_the_vocabulary_checks_only_tool_call_arguments(host: Host) -> None:
-    assert set(host.codec.checks) == {ToolCall}
+def test_the_vocabulary_checks_only_tool_call_arguments_and_model_settings(
+    host: Host,
+) -> None:
+    assert set(host.codec.checks) == {ToolCall, RunContext}
 
 
 def make(**values: Any) -> Config:

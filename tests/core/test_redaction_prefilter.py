@@ -181,10 +181,31 @@ def test_clean_tool_arguments_leave_the_event_as_it_is() -> None:
     assert SecretRedactor().redact_event(object(), event) is None  # pyright: ignore[reportArgumentType]
 
 
-def test_a_trigger_json_would_escape_turns_the_json_check_off() -> None:
-    quoted = Rule("quoted", r'say "\w{6,}"', triggers=('say "',), cased=True)
-    assert not SecretScanner((quoted,)).json_safe
-    assert SecretScanner(DEFAULT_RULES).json_safe
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        # JSON would escape the gap (quote, tab, newline): the key word ends
+        # further from its `=` there than in the text itself.
+        {"env": 'pl\u00e4n password"\t \n= hunter22x'},
+        {"env": ['token"\t\n\r: hunter22x']},
+        # Strings next to each other: a key word in one and a `:` in the
+        # next is no secret, a secret in either is found.
+        {"token": ": hunter22x", "b": "AKIAIOSFODNN7EXAMPLE"},
+    ],
+    ids=["escaped-gap", "escaped-gap-in-list", "neighbours"],
+)
+def test_tool_arguments_are_checked_as_their_strings_not_their_json(
+    arguments: dict[str, object],
+) -> None:
+    result = SecretRedactor().redact_event(object(), call(arguments))  # pyright: ignore[reportArgumentType]
+    assert result is not None
+    for key, value in arguments.items():
+        for text in [key, *(value if isinstance(value, list) else [value])]:
+            assert isinstance(text, str)
+            stored = repr(result.data.arguments)
+            assert PREFILTERED.scan(text) == REFERENCE.scan(text)
+            if REFERENCE.scan(text) != text:
+                assert repr(text)[1:-1] not in stored, text
 
 
 @pytest.mark.parametrize(

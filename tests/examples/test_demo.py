@@ -36,6 +36,8 @@ def test_the_demo_runs_on_the_default_store(tmp_path: Path) -> None:
     assert "It was NOT run again." in out
     assert "The session was stored by the 'jsonl' plugin and survived the kill." in out
     assert "The test ran once in all" in out
+    assert "turnkeep refused: the session recorded the context it ran with" in out
+    assert "   - instructions: recorded sha256 " in out
     stored = [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
     assert stored, "the default store lives in the user data directory"
 

@@ -28,7 +28,7 @@ import msgspec  # noqa: E402
 from tests.loop.support import SpyTool, backend_host_config  # noqa: E402
 
 from turnkeep import AgentLoop, Host, Session, SessionEvent, hookimpl  # noqa: E402
-from turnkeep.agent.models import ModelOutput, ModelRequest  # noqa: E402
+from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest  # noqa: E402
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel  # noqa: E402
 
 TURNS = 3
@@ -42,6 +42,10 @@ class Pausing:
     turn has not flushed yet."""
 
     inner: ScriptedModel
+
+    def describe(self) -> ModelInfo:
+        """A test double: named by its class."""
+        return ModelInfo(name="Pausing", provider="test")
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         async for output in self.inner.stream(request):

@@ -203,6 +203,8 @@ async def drive(child: Child) -> None:
             model=crash_script.model(seed),
             tools=[crash_script.LedgerWrite(ledger, hooks), crash_script.Peek(ledger)],
             session_id=cmd["session"],
+            instructions=crash_script.INSTRUCTIONS,
+            max_steps=crash_script.MAX_STEPS,
         )
         for turn in range(1, cmd["prior"] + 2):
             await loop.run_turn(f"turn {turn}")

@@ -36,6 +36,12 @@ POINTS: Final = (
 )
 """The six crash points of plan item 35, in order."""
 
+INSTRUCTIONS: Final = "Write to the ledger as planned; never write twice."
+"""The child's standing instructions (recorded in its run context)."""
+
+MAX_STEPS: Final = 6
+"""The child's step budget (recorded in its run context; a plan has at most 4)."""
+
 _real_fsync: Final = os.fsync
 
 

@@ -30,6 +30,7 @@ from turnkeep.agent.turns import (
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
+    ModelInfo,
     ToolCall,
     ToolResult,
     TurnEnd,
@@ -43,6 +44,10 @@ class Hanging:
 
     streaming: asyncio.Event = attrs.field(factory=asyncio.Event)
     closed: bool = False
+
+    def describe(self) -> ModelInfo:
+        """A test double: named by its class."""
+        return ModelInfo(name="Hanging", provider="test")
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         try:
@@ -76,6 +81,7 @@ async def test_cancel_while_the_model_streams(host: Host) -> None:
     assert [e.type for e in events] == [
         "turn/start",
         "user/message",
+        "run/context",
         "assistant/chunk",  # what was streamed stays in the log
         "turn/end",
     ]

@@ -41,14 +41,16 @@ from turnkeep.testing import EchoModel
 
 CHILD = Path(__file__).with_name("_committed_agent.py")
 EVENTS_PER_TURN = 17  # with the script's streamed chunks
+CONTEXT_EVENTS = 1  # the first turn's `run/context` (seq 2)
 NEVER = 0
 # The child is stopped when the session's N-th event is appended:
-#  6: turn 1's unsafe call (seq 5), before its intent flush: nothing durable;
-# 12: turn 1's safe call (seq 11): durable up to its unsafe call's checkpoint;
-# 24: turn 2's checkpoint (seq 23), appended, not flushed;
-# 34: turn 2's `turn/end` (seq 33), appended, its flush not begun;
+#  7: turn 1's unsafe call (seq 6), before its intent flush: nothing durable;
+# 13: turn 1's safe call (seq 12): durable up to its unsafe call's checkpoint
+#     (the run context included);
+# 25: turn 2's checkpoint (seq 24), appended, not flushed;
+# 35: turn 2's `turn/end` (seq 34), appended, its flush not begun;
 # never: all three turns end.
-STOP_POINTS = (6, 12, 24, 34, NEVER)
+STOP_POINTS = (7, 13, 25, 35, NEVER)
 
 
 def run_child(backend: str, root: Path, stop_after: int) -> tuple[bool, list[Any]]:
@@ -100,7 +102,12 @@ async def test_no_committed_seq_is_reused_after_a_kill(
             assert reported == []  # nothing was durable, nothing was reported
             return
         loop = await AgentLoop.resume(
-            "sweep", SESSION, host=host, model=EchoModel(), tools=tools()
+            "sweep",
+            SESSION,
+            host=host,
+            model=EchoModel(),
+            tools=tools(),
+            context="override",  # another model than the child's, on purpose
         )
         await loop.run_turn("after the crash")
         await loop.close()
@@ -113,4 +120,5 @@ async def test_no_committed_seq_is_reused_after_a_kill(
     assert open_turn(log) is None
     assert pairing_problems(log) == []
     if not killed:
-        assert len(reported) == TURNS * EVENTS_PER_TURN  # all, once durable
+        # all, once durable
+        assert len(reported) == TURNS * EVENTS_PER_TURN + CONTEXT_EVENTS

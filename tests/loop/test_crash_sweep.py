@@ -55,7 +55,14 @@ from tests.loop.support import (
 
 from turnkeep import AgentLoop, Host, SessionEvent
 from turnkeep.agent.recovery import open_turn, pairing_problems
-from turnkeep.events import ToolCall, ToolResult, TurnStart
+from turnkeep.events import (
+    AssistantChunk,
+    AssistantMessage,
+    RunContext,
+    ToolCall,
+    ToolResult,
+    TurnStart,
+)
 
 CI_TRIALS = int(os.environ.get("TURNKEEP_SWEEP_TRIALS", "50"))
 SOAK_TRIALS = 5000
@@ -146,6 +153,16 @@ def check_ledger(ledger: list[str], events: list[SessionEvent], where: str) -> N
     assert not doubled, f"{where}: executed more than once: {doubled}"
     unlogged = set(ledger) - set(calls_of(events))
     assert not unlogged, f"{where}: effects without a durable intent: {unlogged}"
+
+
+def check_context(events: list[SessionEvent], where: str) -> None:
+    """No model output or tool call is durable without a run context before it."""
+    seen = False
+    for event in events:
+        if isinstance(event, RunContext):
+            seen = True
+        elif isinstance(event, AssistantMessage | AssistantChunk | ToolCall):
+            assert seen, f"{where}: seq {event.seq} is durable without its context"
 
 
 @attrs.frozen
@@ -259,6 +276,12 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
         )
         report = loop.recovery
         assert report is not None
+        # The run context was durable with the first durable part of a turn,
+        # and was restored (the resume passed neither instructions nor budgets).
+        check_context(before, where)
+        if any(isinstance(e, RunContext) for e in before):
+            assert loop.instructions == crash_script.INSTRUCTIONS, where
+            assert loop.max_steps == crash_script.MAX_STEPS, where
         logged = calls_of(before)
         unsafe_logged = {i for i, c in logged.items() if c.data.replay == "unsafe"}
         assert not set(ledger_tool.invoked) & unsafe_logged, (
@@ -293,6 +316,9 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
     assert pairing_problems(final) == [], where
     assert open_turn(final) is None, where
     assert set(calls_of(final)) == set(results_of(final)), where
+    check_context(final, where)
+    # The context did not change, so it was recorded once.
+    assert sum(isinstance(e, RunContext) for e in final) == 1, where
     check_ledger(read_ledger(ledger_path), final, where)
     assert final[: len(durable)] == durable, f"{where}: durable history rewritten"
     turns = [e.data.turn for e in final if isinstance(e, TurnStart)]

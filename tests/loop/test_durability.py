@@ -34,7 +34,14 @@ from turnkeep import AgentLoop, Host, ModelOutput, ModelRequest, Session
 from turnkeep.agent.recovery import pairing_problems
 from turnkeep.agent.turns import NOT_DURABLE_OUTPUT
 from turnkeep.errors import FlushError, TurnNotDurableError
-from turnkeep.events import ToolCall, ToolResult, TurnCheckpoint, TurnEnd, TurnStart
+from turnkeep.events import (
+    ModelInfo,
+    ToolCall,
+    ToolResult,
+    TurnCheckpoint,
+    TurnEnd,
+    TurnStart,
+)
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
@@ -80,6 +87,10 @@ class TimedModel:
 
     inner: ScriptedModel
     clock: Clock
+
+    def describe(self) -> ModelInfo:
+        """A test double: named by its class."""
+        return ModelInfo(name="TimedModel", provider="test")
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         self.clock.models.append((request.session_id, request.turn, self.clock.tick()))

@@ -79,6 +79,7 @@ async def test_a_turn_records_its_events_in_order(host: Host) -> None:
     assert kinds(events) == [
         "turn/start",
         "user/message",
+        "run/context",  # the first turn records what it runs with
         "assistant/message",
         "tool/call",
         "tool/result",
@@ -280,7 +281,7 @@ class _Odd:
         (ScriptedModel([]), "the scripted model has 0 replies"),
         (_Broken(RuntimeError("provider down")), "RuntimeError: provider down"),
         (_Broken(ToolError("odd")), "ToolError: odd"),
-        (_Odd(), "expected TextDelta or ModelToolCall"),
+        (_Odd(), "expected TextDelta, ModelToolCall or Usage"),
     ],
 )
 @pytest.mark.asyncio
@@ -345,15 +346,17 @@ async def test_tool_failures_are_results_the_model_sees(host: Host) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_model_that_never_stops_calling_tools_fails_the_turn(
+async def test_a_model_that_never_stops_calling_tools_exhausts_the_step_budget(
     host: Host,
 ) -> None:
     model = ScriptedModel(lambda _request: say("again", call("look")))
     look = SpyTool("look", replay="safe")
     loop = AgentLoop.create("a", host=host, model=model, tools=[look], max_steps=3)
     result = await loop.run_turn("loop forever")
-    assert result.status == "failed"
-    assert result.error == "the model called tools 3 times without finishing"
+    assert result.status == "budget_exhausted"
+    assert result.error is not None
+    assert "step budget is spent: 3 model calls" in result.error
+    assert len(model.requests) == 3  # the fourth call was never made
     assert len(look.calls) == 3
     assert pairing_problems(list(host.sessions.get(loop.session_id).events)) == []
 

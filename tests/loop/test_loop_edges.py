@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import make_config
 
 from turnkeep import AgentLoop, Host, ToolContext, function_tool, hookimpl
-from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import pairing_problems
 from turnkeep.errors import StorageError, TurnInProgressError
 from turnkeep.meta import SessionSummary
@@ -66,6 +66,10 @@ async def test_a_second_loop_cannot_recover_a_turn_that_is_still_running(
 
 class Exploding:
     """A model adapter that fails before it yields anything."""
+
+    def describe(self) -> ModelInfo:
+        """A test double: named by its class."""
+        return ModelInfo(name="Exploding", provider="test")
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         raise KeyError("OPENAI_API_KEY")

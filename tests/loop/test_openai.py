@@ -24,7 +24,7 @@ from tests.loop.support import (
 
 from turnkeep import AgentLoop, Host, ModelRequest
 from turnkeep.agent.messages import HistoryToolCall, Message
-from turnkeep.agent.models import ModelToolCall, TextDelta
+from turnkeep.agent.models import ModelToolCall, TextDelta, Usage
 from turnkeep.agent.openai_compat import DEFAULT_BASE_URL, OpenAIConfig, OpenAIModel
 from turnkeep.agent.tools import ToolSpec
 from turnkeep.errors import ConfigurationError
@@ -284,3 +284,84 @@ def test_configuration_comes_from_the_environment() -> None:
         OpenAIConfig.from_env(
             {"TURNKEEP_OPENAI_MODEL": "m", "TURNKEEP_OPENAI_TIMEOUT": "x"}
         )
+
+
+def usage_chunk(prompt: int, completion: int) -> dict[str, Any]:
+    return {
+        "choices": [],
+        "model": "test-model-2026-01-01",
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+    }
+
+
+@pytest.mark.asyncio
+async def test_usage_and_settings_come_from_the_api_and_feed_the_budget(
+    host: Host,
+) -> None:
+    look = SpyTool("look", replay="safe")
+    calling = tool_delta(0, id="p", function={"name": "look", "arguments": "{}"})
+    server = Server(
+        "k", [sse(calling, usage_chunk(12, 40)), sse(calling, usage_chunk(30, 40))]
+    )
+    config = OpenAIConfig(
+        model="test-model",
+        base_url="http://mock/v1",
+        api_key="k",
+        temperature=0.3,
+        max_tokens=50,
+    )
+    model = OpenAIModel(config, transport=httpx.MockTransport(server.handle))
+    info = model.describe()
+    assert (info.name, info.provider) == ("test-model", "openai-compatible")
+    assert info.settings == {"temperature": 0.3, "max_tokens": 50}
+    outputs = await collect(model, ModelRequest(messages=()))
+    assert outputs[-1] == Usage(
+        input_tokens=12, output_tokens=40, model="test-model-2026-01-01"
+    )
+    assert server.bodies[0]["stream_options"] == {"include_usage": True}
+    assert (server.bodies[0]["temperature"], server.bodies[0]["max_tokens"]) == (
+        0.3,
+        50,
+    )
+    # 0 + 50 reserved fits 80; then 40 reported + 50 does not: one call only.
+    server.bodies.clear()
+    server.replies = server.replies[1:]
+    loop = AgentLoop.create("a", host=host, model=model, tools=[look], max_tokens=80)
+    result = await loop.run_turn("go")
+    assert result.status == "budget_exhausted"
+    assert len(server.bodies) == 1
+    assert "40 of 80 output tokens used" in (result.error or "")
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_server_without_usage_reports_none() -> None:
+    server = Server("k", [sse(text("hi"))])
+    model = OpenAIModel(
+        OpenAIConfig(model="m", base_url="http://mock/v1", report_usage=False),
+        transport=httpx.MockTransport(server.handle),
+    )
+    outputs = await collect(model, ModelRequest(messages=()))
+    assert outputs == [TextDelta("hi")]
+    assert "stream_options" not in server.bodies[0]
+    assert model.describe().settings == {}
+    await model.aclose()
+
+
+def test_settings_come_from_the_environment() -> None:
+    config = OpenAIConfig.from_env(
+        {
+            "TURNKEEP_OPENAI_MODEL": "m",
+            "TURNKEEP_OPENAI_TEMPERATURE": "0.5",
+            "TURNKEEP_OPENAI_MAX_TOKENS": "256",
+        }
+    )
+    assert config is not None
+    assert (config.temperature, config.max_tokens) == (0.5, 256)
+    for name, value in (
+        ("TURNKEEP_OPENAI_TEMPERATURE", "warm"),
+        ("TURNKEEP_OPENAI_MAX_TOKENS", "0"),
+        ("TURNKEEP_OPENAI_MAX_TOKENS", "-3"),
+    ):
+        with pytest.raises(ConfigurationError, match=name):
+            OpenAIConfig.from_env({"TURNKEEP_OPENAI_MODEL": "m", name: value})

@@ -11,11 +11,13 @@ and leaves what it settled resumable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 
 import pytest
 from tests.loop.support import SharedMemory, SpyTool, shared_host, stored_events
 
-from turnkeep import AgentLoop, Host
+from turnkeep import AgentLoop, Config, Host, hookimpl
 from turnkeep.agent.recovery import open_turn, pairing_problems
 from turnkeep.agent.sweep import recover_interrupted
 from turnkeep.events import (
@@ -26,7 +28,9 @@ from turnkeep.events import (
     TurnStartData,
     UserMessageData,
 )
-from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
+from turnkeep.listfilter import ListFilter
+from turnkeep.persistence import SessionPage
+from turnkeep.testing import MemoryPersistence, Reply, ScriptedCall, ScriptedModel
 
 
 def acting_model(tool: str) -> ScriptedModel:
@@ -93,7 +97,11 @@ async def test_a_crashed_turn_is_settled_and_a_live_owner_is_left_alone() -> Non
         assert open_turn(await stored_events(service, "alive")) is not None
 
         again = await AgentLoop.resume(
-            "a", "crashed", host=service, model=ScriptedModel(["x", "y", "back"])
+            "a",
+            "crashed",
+            host=service,
+            model=ScriptedModel(["x", "y", "back"]),
+            tools=[act],
         )
         assert again.recovery is not None
         assert not again.recovery.recovered
@@ -151,3 +159,51 @@ async def test_a_named_session_that_is_not_stored_is_reported() -> None:
         assert result.action == "failed"
         assert result.error is not None
         assert "nowhere" in result.error
+
+
+class _Paging(MemoryPersistence):
+    """The memory backend, counting the summaries its `list` pages hand out."""
+
+    listed = 0
+
+    async def list(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        where: ListFilter | None = None,
+    ) -> SessionPage:
+        page = await super().list(limit=limit, cursor=cursor, where=where)
+        type(self).listed += len(page.items)
+        return page
+
+
+@pytest.mark.asyncio
+async def test_the_sweep_reads_only_the_running_sessions_summaries() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as writer:
+        for n in range(12):
+            done = AgentLoop.create(
+                "a", host=writer, model=ScriptedModel(["hi"]), session_id=f"idle-{n}"
+            )
+            await done.run_turn("hello")
+            await done.close()
+        act = SpyTool("act", block=True)
+        dead_turn = await mid_tool(writer, "crashed", act)
+        die(shared, "crashed")
+
+        class Plugin:
+            @hookimpl
+            def register_persistence(self, register: Callable[..., None]) -> None:
+                register("paging", lambda _config: _Paging(shared.storage))  # pyright: ignore[reportUnknownLambdaType]
+
+        _Paging.listed = 0
+        sweeper = Host(Config(persistence="paging", plugins="none"), plugins=[Plugin()])
+        async with sweeper:
+            results = await recover_interrupted(sweeper, page_size=5)
+        dead_turn.cancel()
+        with contextlib.suppress(BaseException):
+            await dead_turn
+
+    assert [(r.session_id, r.action) for r in results] == [("crashed", "recovered")]
+    assert _Paging.listed == 1  # the twelve idle sessions were never paged through

@@ -1,18 +1,30 @@
 """Every error turnkeep raises: one tree under `TurnkeepError`.
 
-Each class carries a stable `code` to route on (never parse messages) and
-mixes in the builtin whose meaning fits (`except LookupError` still works).
-Backends wrap driver errors (`OSError`, `sqlite3.Error`, `psycopg.Error`) in
-these with `raise ... from`. Messages say what happened, to what, what to do.
+Each class carries a stable `code` to route on (never parse messages), and
+mixes in the builtin whose meaning fits, so `except LookupError` still works
+for callers that do not know turnkeep. The root is in `turnkeep.errorbase`
+and the errors of turns in `turnkeep.turnerrors`; both are re-exported here,
+the one module callers import. Backends wrap driver errors
+(`OSError`, `sqlite3.Error`, `psycopg.Error`) in these with `raise ... from`.
+Messages say what happened, to which session, and what to do.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from turnkeep.errorbase import TurnkeepError
+from turnkeep.turnerrors import (
+    ContextMismatchError,
+    ModelError,
+    ToolError,
+    TurnError,
+    TurnInProgressError,
+    TurnNotDurableError,
+)
 
 __all__ = [
     "CancelUnsupportedError",
     "ConfigurationError",
+    "ContextMismatchError",
     "EventDecodeError",
     "EventNotSerializableError",
     "EventRejectedError",
@@ -58,12 +70,6 @@ __all__ = [
     "UnknownEventTypeError",
     "UnsupportedFormatError",
 ]
-
-
-class TurnkeepError(Exception):
-    """Root of every error turnkeep raises."""
-
-    code: ClassVar[str] = "turnkeep"
 
 
 # -- configuration and plugins -------------------------------------------------
@@ -245,7 +251,8 @@ class UnknownEventTypeError(EventDecodeError):
 class ImportInputError(TurnkeepError, ValueError):
     """A file given to `turnkeep import` cannot be read as a conversation.
 
-    The message names the file and line and what is wrong; nothing was stored.
+    The message names the file and line (not JSON or UTF-8, empty, nested
+    too deeply, a wrong shape); nothing was stored.
 
     Attributes:
         path: the file as the user named it (`-` for stdin), when known.
@@ -459,42 +466,3 @@ class FlushSessionDeletedError(FlushError):
     """
 
     code = "flush-session-deleted"
-
-
-# -- turns ---------------------------------------------------------------------
-
-
-class TurnError(TurnkeepError):
-    """A turn could not be admitted or completed."""
-
-    code = "turn"
-
-
-class TurnInProgressError(TurnError, RuntimeError):
-    """A turn is already running on this session; nothing was changed."""
-
-    code = "turn-in-progress"
-
-
-class TurnNotDurableError(TurnError):
-    """The previous turn is not durable, so the next one may not start.
-
-    Its events stay in memory, in order; a later flush may still land them.
-    """
-
-    code = "turn-not-durable"
-
-
-class ModelError(TurnError):
-    """The model could not produce a reply (a provider error, a finished script).
-
-    The loop ends the turn with status `failed` and this error's message.
-    """
-
-    code = "model"
-
-
-class ToolError(TurnkeepError):
-    """A tool refused its input or failed in a way the loop reports."""
-
-    code = "tool"

@@ -27,10 +27,17 @@ __all__ = [
     "AssistantChunkData",
     "AssistantMessage",
     "AssistantMessageData",
+    "BudgetsInfo",
+    "ModelInfo",
     "ReplayPolicy",
+    "RunContext",
+    "RunContextData",
+    "RunInstructions",
+    "RunInstructionsData",
     "SessionEvent",
     "ToolCall",
     "ToolCallData",
+    "ToolInfo",
     "ToolResult",
     "ToolResultData",
     "ToolResultStatus",
@@ -41,6 +48,7 @@ __all__ = [
     "TurnStart",
     "TurnStartData",
     "TurnStatus",
+    "TurnUsage",
     "UserMessage",
     "UserMessageData",
     "define_event_type",
@@ -187,7 +195,11 @@ def _class_name(tag: str) -> str:
 ReplayPolicy: TypeAlias = Literal["safe", "unsafe"]
 """Whether a tool may be re-run after a crash (`safe`) or never (`unsafe`)."""
 
-TurnStatus: TypeAlias = Literal["completed", "failed", "cancelled", "interrupted"]
+TurnStatus: TypeAlias = Literal[
+    "completed", "failed", "cancelled", "interrupted", "budget_exhausted"
+]
+"""How a turn ended; `budget_exhausted` (format version 2) when a step, token
+or time budget would have been exceeded by the next model or tool call."""
 ToolResultStatus: TypeAlias = Literal["ok", "error", "interrupted"]
 
 
@@ -273,6 +285,27 @@ class TurnCheckpointData(_Payload, frozen=True, kw_only=True, gc=False):
     reason: str
 
 
+class TurnUsage(_Payload, frozen=True, kw_only=True, gc=False):
+    """What a turn used, in its `turn/end` (format version 2).
+
+    Attributes:
+        input_tokens: model input tokens the model reported (`None`: it
+            reported none).
+        output_tokens: model output tokens it reported (`None`: none).
+        model_ms: milliseconds spent in model calls.
+        tool_ms: milliseconds spent running tools.
+        events: events the turn appended before its `turn/end`.
+        bytes: their stored size in bytes (as encoded).
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model_ms: int = 0
+    tool_ms: int = 0
+    events: int = 0
+    bytes: int = 0
+
+
 class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
     """Payload of `turn/end`.
 
@@ -280,11 +313,91 @@ class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
         turn: the turn number.
         status: how the turn ended.
         error: a short description when `status` is not `completed`.
+        usage: what the turn used in the process that ended it (for a turn
+            recovery closed, only what recovery did); `None` in logs written
+            before format version 2.
     """
 
     turn: int
     status: TurnStatus
     error: str | None = None
+    usage: TurnUsage | None = None
+
+
+class ModelInfo(_Payload, frozen=True, kw_only=True, gc=False):
+    """How a model describes itself (`Model.describe`), as `run/context` records it.
+
+    Attributes:
+        name: the model's name (as its provider knows it).
+        provider: who serves it (`openai-compatible`, `scripted`, ...).
+        settings: what shapes its replies (`temperature`, `max_tokens`, ...):
+            JSON values, no credentials.
+    """
+
+    name: str
+    provider: str = ""
+    settings: dict[str, Any] = msgspec.field(default_factory=dict[str, Any])
+
+
+class ToolInfo(_Payload, frozen=True, kw_only=True, gc=False):
+    """One tool of a `run/context`: its name, replay policy and schema's hash.
+
+    Attributes:
+        name: the tool's name.
+        replay: its declared replay policy.
+        schema_sha256: SHA-256 (hex) of its description and parameters
+            (canonical JSON), so a changed schema is a changed context.
+    """
+
+    name: str
+    replay: ReplayPolicy
+    schema_sha256: str
+
+
+class BudgetsInfo(_Payload, frozen=True, kw_only=True, gc=False):
+    """The budgets of each turn, as `run/context` records them.
+
+    Attributes:
+        max_steps: model calls allowed per turn.
+        max_tokens: model output tokens allowed per turn (`None`: no limit).
+        deadline: seconds a turn may run (`None`: no limit).
+    """
+
+    max_steps: int
+    max_tokens: int | None = None
+    deadline: float | None = None
+
+
+class RunContextData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `run/context`: what the turns from here on run with.
+
+    Attributes:
+        instructions_sha256: SHA-256 (hex) of the standing instructions as
+            given (`None`: no instructions).
+        instructions: their text when short; `None` when long, the text then
+            being in the session's `run/instructions` event of that hash.
+        model: the model's description.
+        tools: the tools, by name.
+        budgets: the per-turn budgets.
+    """
+
+    instructions_sha256: str | None = None
+    instructions: str | None = None
+    model: ModelInfo
+    tools: list[ToolInfo] = msgspec.field(default_factory=list[ToolInfo])
+    budgets: BudgetsInfo
+
+
+class RunInstructionsData(_Payload, frozen=True, kw_only=True, gc=False):
+    """Payload of `run/instructions`: long instructions, stored once per session.
+
+    Attributes:
+        sha256: SHA-256 (hex) of `text` as given.
+        text: the instructions.
+    """
+
+    sha256: str
+    text: str
 
 
 class TurnStart(SessionEvent, tag="turn/start", frozen=True, kw_only=True, gc=False):
@@ -343,6 +456,20 @@ class TurnEnd(SessionEvent, tag="turn/end", frozen=True, kw_only=True, gc=False)
     data: TurnEndData
 
 
+class RunContext(SessionEvent, tag="run/context", frozen=True, kw_only=True, gc=False):
+    """The context turns run with, recorded before a model call when it changed."""
+
+    data: RunContextData
+
+
+class RunInstructions(
+    SessionEvent, tag="run/instructions", frozen=True, kw_only=True, gc=False
+):
+    """Long instructions, recorded once per session and named by their hash."""
+
+    data: RunInstructionsData
+
+
 VOCABULARY: tuple[type[SessionEvent], ...] = (
     TurnStart,
     UserMessage,
@@ -352,5 +479,7 @@ VOCABULARY: tuple[type[SessionEvent], ...] = (
     ToolResult,
     TurnCheckpoint,
     TurnEnd,
+    RunContext,
+    RunInstructions,
 )
 """The event types every turnkeep reader knows."""

@@ -35,6 +35,8 @@ from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
     AssistantMessage,
+    RunContext,
+    RunInstructions,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -129,12 +131,11 @@ _TEXT_FIELDS: Final[dict[type[SessionEvent], tuple[str, ...]]] = {
     ToolCall: ("arguments",),
     ToolResult: ("output",),
     TurnEnd: ("error",),
+    RunContext: ("instructions",),
+    RunInstructions: ("text",),
 }
 """The vocabulary's free-text fields: what people and models write. Ids,
 names, numbers and statuses are the loop's own and are not scanned."""
-
-
-_json: Final = msgspec.json.Encoder().encode
 
 
 def _streams() -> weakref.WeakKeyDictionary[Session, list[str]]:
@@ -164,18 +165,23 @@ class SecretRedactor:
     extra: Iterable[tuple[str, str]] = ()
     high_entropy: bool = False
     _scanner: SecretScanner = attrs.field(init=False)
-    _json_prefilter: bool = attrs.field(init=False, default=False)
     _streams: weakref.WeakKeyDictionary[Session, list[str]] = attrs.field(
         init=False, factory=_streams
     )
     """Per session, the tail of the reply being streamed (see `_chunk`), in
     a list that is updated in place (cheaper than storing a new key)."""
+    _last: tuple[weakref.ReferenceType[Session], list[str]] | None = attrs.field(
+        init=False, default=None
+    )
+    """The session that streamed last and its entry of `_streams`: the
+    next piece is most likely its (a look-up in `_streams` costs more)."""
+    _streaming: bool = attrs.field(init=False, default=False)
+    """Whether `_streams` may hold a reply (cheaper to test than its size)."""
 
     def __attrs_post_init__(self) -> None:
         self._scanner = SecretScanner(
             rules_from(self.extra, high_entropy=self.high_entropy)
         )
-        self._json_prefilter = self._scanner.json_safe
 
     def text(self, value: str) -> str:
         """Return `value` with every secret replaced by its marker."""
@@ -189,8 +195,8 @@ class SecretRedactor:
         data = event.data
         if isinstance(data, AssistantChunkData):
             return self._chunk(session, event, data)
-        if self._streams:
-            self._streams.pop(session, None)  # the streamed reply ended
+        if self._streaming:
+            self._end_stream(session)
         fields = _TEXT_FIELDS.get(type(event))
         if fields is None:
             if not type(event).redact or isinstance(data, msgspec.Raw):
@@ -225,13 +231,27 @@ class SecretRedactor:
     ) -> SessionEvent | None:
         # A secret can straddle streamed pieces ("Bearer " | "abc..."), so
         # each piece is scanned after the tail of the ones before it.
-        stream = self._streams.get(session)
-        if stream is None:
-            stream = self._streams[session] = [""]
+        last = self._last
+        if last is not None and last[0]() is session:
+            stream = last[1]
+        else:
+            stream = self._streams.get(session)
+            if stream is None:
+                stream = self._streams[session] = [""]
+            self._last = (weakref.ref(session), stream)
+            self._streaming = True
         cleaned, stream[0] = self._scanner.scan_continued(stream[0], data.text)
         if cleaned is data.text:
             return None
         return msgspec.structs.replace(event, data=AssistantChunkData(text=cleaned))
+
+    def _end_stream(self, session: Session) -> None:
+        """The reply `session` streamed ended: forget its tail."""
+        self._streams.pop(session, None)
+        last = self._last
+        if last is not None and last[0]() in (session, None):
+            self._last = None
+        self._streaming = bool(self._streams)
 
     @hookimpl(tryfirst=True)
     def redact_text(self, text: str) -> str | None:
@@ -242,17 +262,15 @@ class SecretRedactor:
     def _may_hold_secrets(self, value: object) -> bool:
         """Whether a structure (tool arguments) needs its strings walked.
 
-        One JSON encoding and one pre-filter pass instead of a scan per
-        string: a string's triggers are in the JSON as they are
-        (`SecretScanner.json_safe`).
+        One pre-filter pass over the strings `_walk` would scan, joined by
+        newlines, instead of a scan per string: each string is there whole,
+        and what comes before one only adds places to look at.
         """
-        if not self._json_prefilter:
-            return True
-        try:
-            encoded = _json(value)
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
-            return True  # the walk decides
-        return self._scanner.may_match(encoded.decode("utf-8", "surrogatepass"))
+        strings: list[str] = []
+        _strings(value, strings)
+        if not strings:
+            return False
+        return self._scanner.may_match("\n".join(strings))
 
     def _walk(self, value: Any) -> tuple[Any, bool]:
         if isinstance(value, str):
@@ -271,6 +289,19 @@ class SecretRedactor:
                 changed = changed or key_changed or item_changed
             return out, changed
         return value, False
+
+
+def _strings(value: object, into: list[str]) -> None:
+    """The strings `SecretRedactor._walk` scans in `value`, into `into`."""
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, dict):
+        for key, item in cast("dict[object, object]", value).items():
+            _strings(key, into)
+            _strings(item, into)
+    elif isinstance(value, list):
+        for item in cast("list[object]", value):
+            _strings(item, into)
 
 
 def redact(text: str) -> str:

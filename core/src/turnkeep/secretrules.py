@@ -180,7 +180,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "url-password",
         r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
         ("://",),
-        needs="@",
+        needs=":",  # in its trigger: looked at where the assignments' `:` are
         cased=True,
         lead=0,
     ),
@@ -193,7 +193,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 Every default rule has triggers, so text without any (most of a
 conversation) skips the regex pass; those whose matches hold a character
-that is rare in prose (`-`, `A`, `J`, `_`, `@`, `:` or `=`) test it first.
+that is rare in prose (`-`, `A`, `J`, `_`, `:` or `=`) test it first.
 `tests/core/test_redaction_prefilter.py` checks that the pre-filter never
 drops a match the rules alone would find."""
 

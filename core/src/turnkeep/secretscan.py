@@ -3,29 +3,22 @@
 A `Rule` (`turnkeep.secretrules`) is a named regex plus the *triggers* any
 text it matches must contain (`"eyJ"` for a JWT, `"token"` in any case for
 `token = ...`) and, optionally, characters of which a match holds at least
-one (`needs`: the `:` or `=` of an assignment). `SecretScanner.scan` tests
-those first: a needed character is a `memchr`; the exact triggers needing
-it are one regex whose branches all start with that character (`re` skips
-to it in C); lowercase triggers are substring searches. Only when a rule's
-test passes does the text take ONE compiled alternation of the rules that
-passed, whose branches each start with a literal character
-(`Rule.search`). Text without any trigger (most of a conversation) is
-returned as the same object.
+one (`needs`: the `:` or `=` of an assignment). `SecretScanner.scan` runs
+the pre-filter first (`turnkeep.secretprobe`): a `memchr` per needed
+character, then, at the few places of the ones found, the triggers that
+hold them (one regex matched there) and the key words of rules with a
+`reach` (one case-insensitive regex over the characters just before);
+triggers not found that way are substring searches, in any case where the
+rule asks (`bearer`). Text without any trigger (most of a conversation) is
+returned as the same object, having been read only by `memchr` and
+substring searches.
 
-In text beyond ASCII, lowercase triggers of rules with a `reach`
-(`token = ...`) are looked for only in the few characters before each
-needed character (a `str.find` each), while there are at most `_WINDOWS`
-of those. A test with one or two other lowercase triggers (`bearer`) finds
-them with a regex per way of writing their first letter (`Variants`).
-Otherwise lowercase triggers are searched in the text itself when it holds
-none of their letters in upper case (a match would then be there in lower
-case), else in one lowered copy. Either way, the characters that `re`
-matches to an ASCII letter when ignoring case (the Kelvin sign, the long
-s) count as that letter.
-Where triggers were found is where the rules' pattern is then tried
-(`Rule.lead`), instead of searching the whole text. A rule without
-triggers (a user's pattern, the opt-in high-entropy rule) runs on every
-text. `turnkeep.redaction` decides which fields are scanned.
+Only the rules whose triggers were found take ONE compiled alternation
+(`Rule.search`), and only where their matches can start (`Rule.lead`
+before each trigger found), instead of over the whole text. A rule without
+triggers (a user's pattern, the opt-in high-entropy rule), or without a
+`lead`, runs on the whole text. `turnkeep.redaction` decides which fields
+are scanned.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ from typing import Final
 import attrs
 
 from turnkeep.errors import ConfigurationError
-from turnkeep.secretprobe import Places, Probe, find_all, lower_copy, near, probes
+from turnkeep.secretprobe import Gate, Loose, any_case, at_places, plan
 from turnkeep.secretrules import DEFAULT_RULES, HIGH_ENTROPY, Rule, rules_from
 
 __all__ = [
@@ -49,8 +42,6 @@ __all__ = [
 ]
 
 
-_JSON_PLAIN: Final = re.compile(r'[^"\\\x00-\x1f]*')
-"""Text that JSON encoders write as it is (no quote, backslash or control)."""
 _FLAGS: Final = re.compile(r"\A\(\?([aiLmsux]+)\)")
 _CACHE_LIMIT: Final = 256
 _LEAD: Final = 64
@@ -81,11 +72,8 @@ class SecretScanner:
     rules: tuple[Rule, ...]
     _regexes: tuple[re.Pattern[str], ...] = attrs.field(init=False, default=())
     _always: int = attrs.field(init=False, default=0)
-    _probes: tuple[Probe, ...] = attrs.field(init=False, default=())
-    _placed: tuple[tuple[int, bool, tuple[str, ...], str], ...] = attrs.field(
-        init=False, default=()
-    )
-    """Per rule: lead, cased, triggers, needs (for `_starts`)."""
+    _gates: tuple[Gate, ...] = attrs.field(init=False, default=())
+    _loose: tuple[Loose, ...] = attrs.field(init=False, default=())
     _unled: int = attrs.field(init=False, default=0)
     _compiled: dict[int, re.Pattern[str]] = attrs.field(
         init=False, factory=dict[int, re.Pattern[str]]
@@ -103,11 +91,7 @@ class SecretScanner:
             if not rule.triggers:
                 self._always |= 1 << index
         self._regexes = tuple(regexes)
-        self._probes = probes(self.rules)
-        self._placed = tuple(
-            (rule.lead or 0, rule.cased, rule.triggers, rule.needs)
-            for rule in self.rules
-        )
+        self._gates, self._loose = plan(self.rules)
         self._unled = self._always | sum(
             1 << i for i, rule in enumerate(self.rules) if rule.lead is None
         )
@@ -117,29 +101,19 @@ class SecretScanner:
         """Whether a rule's pre-filter passes on `text`.
 
         Always, with a rule without triggers; if not, `scan` finds nothing
-        in any part of `text`. When `json_safe`, no trigger or needed
-        character is escaped in JSON, so a value whose JSON does not pass
-        holds no string with anything to redact.
+        in `text` or in any part of it.
         """
-        return self._mask(text) != 0
-
-    @property
-    def json_safe(self) -> bool:
-        """Whether no trigger or needed character changes in JSON."""
-        return all(
-            _JSON_PLAIN.fullmatch(t) is not None
-            for rule in self.rules
-            for t in (*rule.triggers, rule.needs)
-        )
+        return self._prefilter(text, []) != 0
 
     def scan(self, text: str) -> str:
         """Return `text` with every secret replaced (`text` itself if none)."""
-        mask, lowered, places = self._prefilter(text)
+        starts: list[int] = []
+        mask = self._prefilter(text, starts)
         if not mask:
             return text
         pieces: list[str] = []
         pos = 0
-        for found in self._matches(text, mask, lowered, places):
+        for found in self._matches(text, mask, starts):
             pieces.append(text[pos : found.start()])
             pieces.append(self._replace(found, mask))
             pos = found.end()
@@ -149,66 +123,32 @@ class SecretScanner:
         return "".join(pieces)
 
     def _matches(
-        self, text: str, mask: int, lowered: str | bytes | None, places: Places
+        self, text: str, mask: int, starts: list[int]
     ) -> Iterator[re.Match[str]]:
-        """The matches of the rules in `mask`, as `finditer` finds them."""
+        """The matches of the rules in `mask`, as `finditer` finds them.
+
+        `starts` holds every place where a match of those rules can start
+        (`None`-like when a rule in `mask` has no `lead` or no triggers:
+        then the whole text is searched).
+        """
         pattern = self._pattern(mask)
-        starts = self._starts(text, mask, lowered, places)
-        if starts is None:
+        if mask & self._unled:
             yield from pattern.finditer(text)
             return
         # Every match starts within its rule's `lead` before one of its
         # triggers, so trying those places in order finds the same matches
-        # as a search of the whole text, without reading all of it.
+        # as a search of the whole text, without reading all of it: a place
+        # tried in between where the pattern matched would have been found
+        # by the search too.
         match = pattern.match
         pos = 0
-        for start in starts:
+        for start in sorted(set(starts)) if len(starts) > 1 else starts:
             if start < pos:
                 continue
             found = match(text, start)
             if found is not None:
                 yield found
                 pos = found.end()
-
-    def _starts(
-        self, text: str, mask: int, lowered: str | bytes | None, places: Places
-    ) -> list[int] | None:
-        """Where a match of the rules in `mask` can start, in order.
-
-        `None` when a rule in `mask` has no `lead` (or no triggers).
-        `places` holds the triggers found near needed characters;
-        `lowered` is the pre-filter's lowered copy; without one, the text
-        holds no upper-case letter of a lowercase trigger that was found.
-        """
-        if mask & self._unled:
-            return None
-        starts: list[int] = []
-        rest = mask
-        while rest:
-            bit = rest & -rest
-            rest ^= bit
-            lead, cased, triggers, needs = self._placed[bit.bit_length() - 1]
-            for trigger in triggers:
-                near = None if cased else places.get((needs, trigger))
-                if near is not None:
-                    found = near
-                elif cased or lowered is None:
-                    found = find_all(text, trigger)
-                elif isinstance(lowered, str):
-                    found = find_all(lowered, trigger)
-                else:
-                    # Lowered UTF-8: offsets back to characters by decoding
-                    # what comes before.
-                    found = [
-                        len(lowered[:at].decode("utf-8", "surrogatepass"))
-                        for at in find_all(lowered, trigger.encode())
-                    ]
-                if not lead:
-                    starts.extend(found)
-                    continue
-                for at in found:
-                    starts.extend(range(max(0, at - lead), at + 1))
-        return sorted(set(starts)) if len(starts) > 1 else starts
 
     def scan_continued(self, context: str, text: str) -> tuple[str, str]:
         """Scan `text` as the continuation of `context` (a streamed reply).
@@ -223,14 +163,15 @@ class SecretScanner:
             not come yet), else `_next_context`.
         """
         whole = context + text
-        mask, lowered, places = self._prefilter(whole)
+        starts: list[int] = []
+        mask = self._prefilter(whole, starts)
         if not mask:
             return text, _next_context(whole)
         cut = len(context)
         pieces: list[str] = []
         pos = cut
         open_at: int | None = None
-        for match in self._matches(whole, mask, lowered, places):
+        for match in self._matches(whole, mask, starts):
             if match.end() == len(whole):
                 open_at = match.start()
             span = self._span(match, mask)
@@ -250,76 +191,33 @@ class SecretScanner:
             return redacted, whole[open_at:]
         return redacted, _next_context(whole)
 
-    def _mask(self, text: str) -> int:
-        """The rules whose pre-filter `text` passes (plus those without one)."""
-        return self._prefilter(text)[0]
+    def _prefilter(self, text: str, starts: list[int]) -> int:
+        """The rules whose triggers `text` holds (plus those without any).
 
-    def _prefilter(self, text: str) -> tuple[int, str | bytes | None, Places]:
-        """`_mask`, the lowered copy of `text` if one was made, and `Places`."""
+        Adds where their matches can start to `starts`.
+        """
         mask = self._always
-        lowered: str | bytes | None = None
-        places: Places = {}
-        for needs, exact, masks, lower, lower_b, upper, reach, variants in self._probes:
-            if needs:
-                for char in needs:
-                    if char in text:
-                        break
-                else:
-                    continue
-            if exact is not None:
-                found = exact.search(text)
-                while found is not None:
-                    mask |= masks[found.lastindex or 0]
-                    found = exact.search(text, found.start() + 1)
-            if not lower:
+        seen = 0
+        for gate in self._gates:
+            char = gate.char
+            if char not in text:
                 continue
-            if (
-                reach
-                and lowered is None
-                and not text.isascii()
-                and near(text, needs, reach, lower, places)
-            ):
-                # Outside ASCII, a search of the whole text (or lowering a
-                # copy of it) costs more than a look before each needed
-                # character; in ASCII it is a `memchr` or two.
-                for trigger, rules in lower:
-                    if (needs, trigger) in places:
-                        mask |= rules
+            seen |= gate.bit
+            if gate.exact is not None or gate.near is not None:
+                mask |= at_places(text, gate, starts)
+        for group in self._loose:
+            if group.bits and not seen & group.bits:
                 continue
-            for char in upper:
-                if char in text:
-                    break
-            else:
-                # None of the triggers' letters is upper case here, so a
-                # trigger in any case is one in lower case.
-                for trigger, rules in lower:
-                    if trigger in text:
-                        mask |= rules
-                continue
-            if variants:
-                for trigger, rules, ways in variants:
-                    key = (needs, trigger)
-                    for way, finder in ways:
-                        if way != trigger[0] and way not in text:
-                            continue
-                        found = finder.search(text)
-                        while found is not None:
-                            places.setdefault(key, []).append(found.start())
-                            found = finder.search(text, found.start() + 1)
-                    if key in places:
-                        mask |= rules
-                continue
-            if lowered is None:
-                lowered = lower_copy(text)
-            if isinstance(lowered, str):
-                for trigger, rules in lower:
-                    if trigger in lowered:
-                        mask |= rules
-            else:
-                for trigger_b, rules in lower_b:
-                    if trigger_b in lowered:
-                        mask |= rules
-        return mask, lowered, places
+            for trigger, rules, lead in group.exact:
+                at = text.find(trigger)
+                while at >= 0:
+                    mask |= rules
+                    starts.extend(range(at - lead, at + 1))
+                    at = text.find(trigger, at + 1)
+            for way in group.lower:
+                if any_case(text, way, starts):
+                    mask |= way.rules
+        return mask
 
     def _pattern(self, mask: int) -> re.Pattern[str]:
         pattern = self._compiled.get(mask)
@@ -382,9 +280,12 @@ def _next_context(whole: str) -> str:
     The word still being written at the end of `whole` (a key, a URL, a JWT
     split anywhere), with `_LEAD` characters before it.
     """
+    # Conditionals rather than `max`: this runs for every streamed piece.
     last = whole.rfind(" ")
-    tail = whole[last + 1 :]
-    if "\n" in tail or "\t" in tail:  # rare: a later newline or tab
+    if "\n" in whole or "\t" in whole:  # rare: a later newline or tab
         last = max(last, whole.rfind("\n"), whole.rfind("\t"))
-    last = max(last, len(whole) - _OPEN_LIMIT)
-    return whole[max(0, last - _LEAD) :]
+    floor = len(whole) - _OPEN_LIMIT
+    if last < floor:
+        last = floor
+    start = last - _LEAD
+    return whole[start:] if start > 0 else whole

@@ -6,7 +6,8 @@
   log that changed behind the handle makes `load` read it afresh.
 - `scan` reads a flush larger than its read chunk in linear time: the same
   events written as one flush or per turn are read with the same work and
-  give the same result, at every chunk size and truncation point.
+  give the same result, at every chunk size, truncation point and flipped
+  byte.
 """
 
 from __future__ import annotations
@@ -200,6 +201,26 @@ def test_every_chunk_size_and_cut_reads_the_same(
             patch.setattr(scan_module, "CHUNK", chunk)
             for cut in cuts:
                 assert _outcome(data[:cut]) == expected[cut], (chunk, cut)
+
+
+@pytest.mark.parametrize("chunk", [256, 4099])
+def test_damage_inside_a_unit_that_spans_chunks_reads_as_with_one_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    # A unit spanning chunks is checksummed piece by piece as it is read: a
+    # flipped byte in any of its pieces is found as a one-chunk read finds it.
+    for data in _logs(tmp_path).values():
+        spots = range(len(data) // 7, len(data), max(1, len(data) // 60))
+        damaged = [
+            data[:spot] + bytes([data[spot] ^ 0x01]) + data[spot + 1 :]
+            for spot in spots
+        ]
+        expected = [_outcome(d) for d in damaged]
+        with monkeypatch.context() as patch:
+            patch.setattr(scan_module, "CHUNK", chunk)
+            assert [_outcome(d) for d in damaged] == expected, chunk
+        intact = _outcome(data)
+        assert all(outcome != intact for outcome in expected)  # each one is seen
 
 
 def test_a_file_that_shrinks_while_read_ends_the_scan(

@@ -118,6 +118,28 @@ async def test_a_refused_flush_in_a_group_fails_alone(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("count", [2, 199, 200, 450])
+async def test_a_flush_of_any_size_stores_every_event_once_in_order(
+    store: SqlitePersistence, count: int
+) -> None:
+    # A flush's events go in many rows per statement (199 at most): flushes
+    # at, just past and well past that size come back whole and in order.
+    await store.create(meta("big"))
+    first = turn_records(0, 0)
+    await store.append("big", first)
+    records = turn_records(len(first), 1, sizes=[3] * (count - 1))
+    assert len(records) == count
+    await store.append("big", records)
+    loaded = await store.load("big")
+    assert loaded.events == [r.raw for r in first + records]
+    assert loaded.meta.summary.event_count == len(first) + count
+    assert loaded.meta.summary.turns == 2
+    more = turn_records(len(first) + count, 2)
+    await store.append("big", more)  # the log goes on after it
+    assert (await store.load("big")).events[-len(more) :] == [r.raw for r in more]
+
+
+@pytest.mark.asyncio
 async def test_a_flush_cancelled_before_it_ran_writes_nothing(
     store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
 ) -> None:

@@ -3,7 +3,8 @@
 Built on the seam (`turnkeep.session`, `turnkeep.host`, the persistence
 protocol); the seam never imports this package. `AgentLoop` drives one
 session turn by turn, each durable before the next begins; a `Model`
-streams `TextDelta`s and `ModelToolCall`s; a `Tool` declares whether it may
+streams `TextDelta`s, `ModelToolCall`s and its `Usage`, and describes
+itself (`ModelInfo`, recorded as the run context); a `Tool` declares whether it may
 be re-run after a crash; `derive_messages` turns a log into the model's
 history. `turnkeep.agent.openai_compat` holds the OpenAI-compatible model
 (extra `turnkeep[openai]`).
@@ -11,6 +12,7 @@ history. `turnkeep.agent.openai_compat` holds the OpenAI-compatible model
 
 from __future__ import annotations
 
+from turnkeep.agent.context import RECORDED
 from turnkeep.agent.loop import DEFAULT_MAX_STEPS, AgentLoop
 from turnkeep.agent.messages import (
     HistoryToolCall,
@@ -22,6 +24,7 @@ from turnkeep.agent.messages import (
 from turnkeep.agent.models import (
     EchoModel,
     Model,
+    ModelInfo,
     ModelOutput,
     ModelRequest,
     ModelToolCall,
@@ -29,6 +32,7 @@ from turnkeep.agent.models import (
     ScriptedCall,
     ScriptedModel,
     TextDelta,
+    Usage,
 )
 from turnkeep.agent.recovery import RecoveryReport
 from turnkeep.agent.streams import TurnStream
@@ -44,6 +48,7 @@ from turnkeep.agent.turns import TurnResult
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "RECORDED",
     "AgentLoop",
     "EchoModel",
     "FunctionTool",
@@ -51,6 +56,7 @@ __all__ = [
     "Message",
     "MessageRole",
     "Model",
+    "ModelInfo",
     "ModelOutput",
     "ModelRequest",
     "ModelToolCall",
@@ -64,6 +70,7 @@ __all__ = [
     "ToolSpec",
     "TurnResult",
     "TurnStream",
+    "Usage",
     "derive_messages",
     "encode_messages",
     "function_tool",

@@ -25,41 +25,42 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, overload
+from typing import Any, overload
 
 import attrs
 
+from turnkeep.agent.budgets import DEFAULT_MAX_STEPS, TurnBudget, output_reserve
+from turnkeep.agent.context import (
+    RECORDED,
+    ContextMode,
+    ContextPlan,
+    Recorded,
+    adopt_context,
+    check_setup,
+)
 from turnkeep.agent.deprecations import deprecated, session_and_text, session_arg
 from turnkeep.agent.gate import DurabilityGate
 from turnkeep.agent.models import Model
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.steps import TurnRunner
 from turnkeep.agent.streams import TurnStream, open_stream
-from turnkeep.agent.tools import Tool, validate_tools
-from turnkeep.agent.turns import Outcome, Running, TurnResult, request_cancel
-from turnkeep.errors import (
-    ConfigurationError,
-    TurnInProgressError,
+from turnkeep.agent.tools import Tool
+from turnkeep.agent.turns import (
+    NewTurn,
+    Outcome,
+    RecoverTurn,
+    Running,
+    TurnResult,
+    request_cancel,
 )
-from turnkeep.events import SessionEvent
+from turnkeep.agent.usage import UsageMeter
+from turnkeep.errors import TurnInProgressError
+from turnkeep.events import RunContextData, SessionEvent
 from turnkeep.host import Host
 from turnkeep.session import Session
 from turnkeep.store import CloseReport
 
-__all__ = ["AgentLoop", "TurnResult", "TurnStream"]
-
-DEFAULT_MAX_STEPS: Final = 16
-"""Model calls allowed in one turn before it ends as `failed`."""
-
-
-@attrs.frozen
-class _NewTurn:
-    text: str
-
-
-@attrs.frozen
-class _Recover:
-    continue_turn: bool
+__all__ = ["DEFAULT_MAX_STEPS", "RECORDED", "AgentLoop", "TurnResult", "TurnStream"]
 
 
 @attrs.define(eq=False)
@@ -79,6 +80,8 @@ class AgentLoop:
         resumed_from: the stored session `resume` loaded (else `None`).
         instructions: standing instructions passed to the model.
         max_steps: model calls allowed per turn.
+        max_tokens: model output tokens allowed per turn (`None`: no limit).
+        deadline: seconds a turn may run (`None`: no limit).
         recovery: what `resume` found and did (else `None`).
         on_event: called with every event a turn or recovery of this loop
             appends, as it is appended (for progress output).
@@ -92,8 +95,11 @@ class AgentLoop:
     resumed_from: str | None = None
     instructions: str | None = None
     max_steps: int = DEFAULT_MAX_STEPS
+    max_tokens: int | None = None
+    deadline: float | None = None
     recovery: RecoveryReport | None = None
     on_event: Callable[[SessionEvent], None] | None = None
+    _plan: ContextPlan = attrs.field(init=False, factory=ContextPlan, repr=False)
     _running: dict[str, Running] = attrs.field(
         init=False, factory=dict[str, Running], repr=False
     )
@@ -115,6 +121,8 @@ class AgentLoop:
         session_id: str | None = None,
         instructions: str | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        max_tokens: int | None = None,
+        deadline: float | None = None,
         on_event: Callable[[SessionEvent], None] | None = None,
     ) -> AgentLoop:
         """Create a loop with a new live session (synchronous).
@@ -127,25 +135,23 @@ class AgentLoop:
             session_id: the new session's id (generated when omitted).
             instructions: standing instructions for the model.
             max_steps: model calls allowed per turn.
+            max_tokens: model output tokens allowed per turn (the model must
+                declare its `max_tokens` setting; `turnkeep.agent.budgets`).
+            deadline: seconds a turn may run before no further call starts.
             on_event: called with every event the loop's turns append.
 
         Raises:
-            ConfigurationError: the agent id, model, tools or `max_steps` are
+            ConfigurationError: the agent id, model, tools or budgets are
                 invalid.
             SessionExistsError: a live session already has `session_id`.
         """
-        indexed = _check(agent_id, model, tools, max_steps)
-        session = host.sessions.create(session_id)
-        return cls(
-            agent_id=agent_id,
-            host=host,
-            model=model,
-            tools=indexed,
-            session_id=session.id,
-            instructions=instructions,
-            max_steps=max_steps,
-            on_event=on_event,
-        )
+        indexed = check_setup(agent_id, model, tools)
+        loop = cls(agent_id, host, model, indexed, "", on_event=on_event)
+        loop.instructions, loop.max_steps = instructions, max_steps
+        loop.max_tokens, loop.deadline = max_tokens, deadline
+        loop.current_context()  # checks the budgets before a session exists
+        loop.session_id = host.sessions.create(session_id).id
+        return loop
 
     @classmethod
     async def resume(
@@ -158,15 +164,21 @@ class AgentLoop:
         tools: Iterable[Tool] = (),
         continue_turn: bool = False,
         steal: bool = False,
-        instructions: str | None = None,
-        max_steps: int = DEFAULT_MAX_STEPS,
+        instructions: str | Recorded | None = RECORDED,
+        max_steps: int | Recorded = RECORDED,
+        max_tokens: int | Recorded | None = RECORDED,
+        deadline: float | Recorded | None = RECORDED,
+        context: ContextMode = "check",
         on_event: Callable[[SessionEvent], None] | None = None,
     ) -> AgentLoop:
         """Load a stored session, recover it, and return a loop driving it.
 
-        Turn numbering continues after the stored log's last turn. If the log
-        ends inside a turn, `recover` runs first (see there); its report is
-        in `loop.recovery`.
+        Turn numbering continues after the stored log's last turn. The run
+        context the log recorded is restored first: instructions and budgets
+        left at `RECORDED` take their recorded values, and a context that
+        differs from the recorded one (`turnkeep.agent.context`) is refused
+        unless `context="override"`. If the log ends inside a turn, `recover`
+        runs next (see there); its report is in `loop.recovery`.
 
         Args:
             agent_id: the agent's id.
@@ -177,32 +189,33 @@ class AgentLoop:
             continue_turn: continue a cut-off turn by asking the model again,
                 instead of closing it as interrupted.
             steal: take the session over from another owner (fencing it).
-            instructions: standing instructions for the model.
-            max_steps: model calls allowed per turn.
+            instructions: as `create`; `RECORDED` takes the recorded one.
+            max_steps: as `create`, or `RECORDED`.
+            max_tokens: as `create`, or `RECORDED`.
+            deadline: as `create`, or `RECORDED`.
+            context: `check` refuses a context that differs from the
+                recorded one; `override` runs with it and records the change
+                before the next model call.
             on_event: called with every event the loop appends, recovery's
                 included.
 
         Raises:
+            ContextMismatchError: the context differs and `context` is
+                `check`; nothing was appended and the session was let go.
             PersistenceNotConfiguredError: the host has no backend.
             SessionNotFoundError: nothing is stored under `session_id`.
             SessionLockedError: another process drives the session.
             FlushError: recovery's results could not be made durable (they
                 stay in memory; the next turn retries).
         """
-        indexed = _check(agent_id, model, tools, max_steps)
         host.require_persistence()
+        check_setup(agent_id, model, tools)
         session = await host.sessions.resume(session_id, steal=steal)
-        loop = cls(
-            agent_id=agent_id,
-            host=host,
-            model=model,
-            tools=indexed,
-            session_id=session.id,
-            resumed_from=session_id,
-            instructions=instructions,
-            max_steps=max_steps,
-            on_event=on_event,
+        given = (instructions, max_steps, max_tokens, deadline)
+        loop = await cls._adopt(
+            session, agent_id, host, model, tools, on_event, given, context
         )
+        loop.resumed_from = session_id
         loop.recovery = await loop.recover(continue_turn=continue_turn)
         return loop
 
@@ -217,37 +230,61 @@ class AgentLoop:
         tools: Iterable[Tool] = (),
         continue_turn: bool = False,
         steal: bool = False,
-        instructions: str | None = None,
-        max_steps: int = DEFAULT_MAX_STEPS,
+        instructions: str | Recorded | None = RECORDED,
+        max_steps: int | Recorded = RECORDED,
+        max_tokens: int | Recorded | None = RECORDED,
+        deadline: float | Recorded | None = RECORDED,
+        context: ContextMode = "check",
         on_event: Callable[[SessionEvent], None] | None = None,
     ) -> AgentLoop:
         """Continue session `session_id` if it is stored, else start it.
 
         Race-free across processes: of two processes opening one new id,
         one creates it and the other resumes it (or is refused while the
-        first drives it). A stored session is recovered as by `resume`.
+        first drives it). A stored session is checked and recovered as by
+        `resume`; a new one takes the defaults of `create` for `RECORDED`.
 
         Raises:
             PersistenceNotConfiguredError: the host has no backend.
             SessionLockedError: another process drives the session.
-            ConfigurationError, FlushError: as `create` and `resume`.
+            ConfigurationError, ContextMismatchError, FlushError: as `create`
+                and `resume`.
         """
-        indexed = _check(agent_id, model, tools, max_steps)
+        check_setup(agent_id, model, tools)
         session = await host.sessions.open(session_id, steal=steal)
-        loop = cls(
-            agent_id=agent_id,
-            host=host,
-            model=model,
-            tools=indexed,
-            session_id=session.id,
-            resumed_from=session.id if session.origin == "resumed" else None,
-            instructions=instructions,
-            max_steps=max_steps,
-            on_event=on_event,
+        given = (instructions, max_steps, max_tokens, deadline)
+        loop = await cls._adopt(
+            session, agent_id, host, model, tools, on_event, given, context
         )
         if session.origin == "resumed":
+            loop.resumed_from = session.id
             loop.recovery = await loop.recover(continue_turn=continue_turn)
         return loop
+
+    @classmethod
+    async def _adopt(
+        cls,
+        session: Session,
+        agent_id: str,
+        host: Host,
+        model: Model,
+        tools: Iterable[Tool],
+        on_event: Callable[[SessionEvent], None] | None,
+        given: tuple[Any, Any, Any, Any],
+        mode: ContextMode,
+    ) -> AgentLoop:
+        """A loop over a session just loaded, with the recorded context restored."""
+        plan, indexed = ContextPlan(), check_setup(agent_id, model, tools)
+        settings = await adopt_context(session, host, plan, model, indexed, mode, given)
+        loop = cls(agent_id, host, model, indexed, session.id, on_event=on_event)
+        loop.instructions, loop.max_steps, loop.max_tokens, loop.deadline = settings
+        loop._plan = plan
+        return loop
+
+    def current_context(self) -> RunContextData:
+        """The run context of the next turn (`ConfigurationError`: bad budgets)."""
+        settings = (self.instructions, self.max_steps, self.max_tokens, self.deadline)
+        return self._plan.current(settings, self.model, self.tools)
 
     def new_session(self, session_id: str | None = None) -> str:
         """Deprecated: start another live session; hold one loop per session.
@@ -287,7 +324,7 @@ class AgentLoop:
             SessionNotFoundError: the session is not live.
         """
         session_id, text = session_and_text("run_turn", args, self.session_id)
-        running = self._start(session_id, _NewTurn(text))
+        running = self._start(session_id, NewTurn(text))
         outcome = await self._wait(running)
         assert outcome.result is not None  # noqa: S101 - a new turn always has one
         return outcome.result
@@ -315,7 +352,7 @@ class AgentLoop:
             TurnInProgressError: at once, if a turn is running on the session.
         """
         session_id, text = session_and_text("stream_turn", args, self.session_id)
-        running = self._start(session_id, _NewTurn(text))
+        running = self._start(session_id, NewTurn(text))
         return open_stream(running, committed=committed, unsaved=self.host.unsaved)
 
     async def recover(
@@ -339,7 +376,8 @@ class AgentLoop:
                 be made durable (they stay in memory; the next turn retries).
         """
         running = self._start(
-            session_arg("recover", session_id, self.session_id), _Recover(continue_turn)
+            session_arg("recover", session_id, self.session_id),
+            RecoverTurn(continue_turn),
         )
         outcome = await self._wait(running)
         assert outcome.report is not None  # noqa: S101 - recovery always reports
@@ -388,7 +426,7 @@ class AgentLoop:
 
     # -- internals ---------------------------------------------------------
 
-    def _start(self, session_id: str, job: _NewTurn | _Recover) -> Running:
+    def _start(self, session_id: str, job: NewTurn | RecoverTurn) -> Running:
         session = self.host.sessions.get(session_id)
         # The marker lives on the session, so two loops driving one live
         # session are held to one turn at a time as well.
@@ -422,11 +460,11 @@ class AgentLoop:
             raise
         return outcome
 
-    async def _drive(self, running: Running, job: _NewTurn | _Recover) -> Outcome:
+    async def _drive(self, running: Running, job: NewTurn | RecoverTurn) -> Outcome:
         try:
             await self._gate.admit(running)
             runner = self._runner(running)
-            if isinstance(job, _Recover):
+            if isinstance(job, RecoverTurn):
                 report, result = await runner.recover(continue_turn=job.continue_turn)
                 return Outcome(result=result, report=report)
             if open_turn(running.session.events) is not None:
@@ -439,14 +477,20 @@ class AgentLoop:
                 running.session.turn_holder = None
 
     def _runner(self, running: Running) -> TurnRunner:
+        context = self.current_context()
         return TurnRunner(
             agent_id=self.agent_id,
             model=self.model,
             tools=self.tools,
             instructions=self.instructions,
-            max_steps=self.max_steps,
             running=running,
             flush=functools.partial(self._flush, running),
+            budget=TurnBudget(
+                context.budgets, reserve=output_reserve(context.model, context.budgets)
+            ),
+            context=context,
+            plan=self._plan,
+            meter=UsageMeter(self.host.codec.encode),
         )
 
     async def _flush(self, running: Running, session: Session) -> None:
@@ -454,19 +498,3 @@ class AgentLoop:
             await self._gate.flush(session)
         finally:
             running.flushed()  # also after a failure: part of it may have landed
-
-
-def _check(
-    agent_id: Any, model: object, tools: Iterable[Tool], max_steps: int
-) -> dict[str, Tool]:
-    if not callable(getattr(model, "stream", None)):
-        raise ConfigurationError(
-            f"{type(model).__name__} is not a Model: it has no `stream` method"
-        )
-    if not isinstance(agent_id, str) or not agent_id or "\x00" in agent_id:
-        raise ConfigurationError(
-            f"an agent id must be non-empty text without NUL, got {agent_id!r}"
-        )
-    if max_steps <= 0:
-        raise ConfigurationError(f"max_steps must be positive, got {max_steps}")
-    return validate_tools(tools)

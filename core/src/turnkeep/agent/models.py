@@ -26,11 +26,13 @@ import attrs
 from turnkeep._deprecated import renamed
 from turnkeep.agent.messages import Message
 from turnkeep.agent.tools import ToolSpec
-from turnkeep.errors import ModelError
+from turnkeep.errors import ConfigurationError, ModelError
+from turnkeep.events import ModelInfo
 
 __all__ = [
     "EchoModel",
     "Model",
+    "ModelInfo",
     "ModelOutput",
     "ModelRequest",
     "ModelToolCall",
@@ -38,6 +40,8 @@ __all__ = [
     "ScriptedCall",
     "ScriptedModel",
     "TextDelta",
+    "Usage",
+    "describe_model",
     "split_words",
 ]
 
@@ -68,8 +72,27 @@ class ModelToolCall:
     arguments: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
 
 
-ModelOutput: TypeAlias = TextDelta | ModelToolCall
-"""What a model streams: text pieces and tool call requests, in any order."""
+@attrs.frozen
+class Usage:
+    """Tokens one model call used, as its provider reports them.
+
+    Streamed once per call, usually last. Only what the provider reports:
+    a model that is not told leaves a count `None` (never estimated from
+    characters).
+
+    Attributes:
+        input_tokens: tokens of the request (prompt), if reported.
+        output_tokens: tokens of the reply, if reported.
+        model: the model name the provider says served the call, if given.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model: str | None = None
+
+
+ModelOutput: TypeAlias = TextDelta | ModelToolCall | Usage
+"""What a model streams: text pieces, tool call requests and its usage."""
 
 
 @attrs.frozen
@@ -97,12 +120,44 @@ class Model(Protocol):
     `stream` is an async iterator (usually an `async def` generator). Raise
     `ModelError` for a failure the turn should report (the loop records the
     turn as `failed`). The loop closes the iterator (`aclose`) when the turn
-    is cancelled.
+    is cancelled. Stream a `Usage` when the provider reports one.
+
+    `describe` says which model this is and how it is set (recorded as the
+    run context; a resume with another description is refused unless
+    overridden). Settings are JSON values and never hold credentials. A
+    model without `describe` (written before it existed) is described by
+    its class name with no settings (`describe_model`).
     """
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Stream the reply to `request`."""
         ...
+
+    def describe(self) -> ModelInfo:
+        """Name, provider and settings of this model."""
+        ...
+
+
+def describe_model(model: object) -> ModelInfo:
+    """Return `model.describe()`, or its class name for a model without one.
+
+    Raises:
+        ConfigurationError: `describe` did not return a `ModelInfo`.
+    """
+    describe = getattr(model, "describe", None)
+    if describe is None:
+        return ModelInfo(name=type(model).__name__, provider="unspecified")
+    info = describe()
+    if not isinstance(info, ModelInfo):
+        raise ConfigurationError(
+            f"{type(model).__name__}.describe() returned {type(info).__name__}, "
+            "not a ModelInfo"
+        )
+    # A copy: a model that later changes the dict it returned must not
+    # change the context recorded (or compared) under the log's feet.
+    return ModelInfo(
+        name=info.name, provider=info.provider, settings=dict(info.settings)
+    )
 
 
 _WORD: Final = re.compile(r"\S+\s*|\s+")
@@ -123,10 +178,14 @@ class ScriptedCall:
 
 @attrs.frozen
 class Reply:
-    """One scripted model call: text (streamed word by word), then tool calls."""
+    """One scripted model call: text (streamed word by word), then tool calls.
+
+    `usage`, if given, is streamed after them, as a provider would report it.
+    """
 
     text: str = ""
     calls: tuple[ScriptedCall, ...] = ()
+    usage: Usage | None = None
 
 
 ReplyPicker: TypeAlias = Callable[[ModelRequest], Reply]
@@ -154,6 +213,8 @@ class ScriptedModel:
         keep_requests: how many requests `requests` keeps.
         stream_words: stream the text word by word (as a real model would,
             in many small deltas); `False` streams each reply as one delta.
+        name: the name `describe` reports.
+        settings: the settings `describe` reports (e.g. `max_tokens`).
 
     Raises (from `stream`):
         ModelError: the script has no reply for this call.
@@ -163,6 +224,14 @@ class ScriptedModel:
     requests: list[ModelRequest] = attrs.field(factory=list[ModelRequest])
     keep_requests: int = 1000
     stream_words: bool = True
+    name: str = "scripted"
+    settings: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
+
+    def describe(self) -> ModelInfo:
+        """The name and settings it was given (provider `scripted`)."""
+        return ModelInfo(
+            name=self.name, provider="scripted", settings=dict(self.settings)
+        )
 
     @staticmethod
     def calling(tool: str, text: str = "", **arguments: Any) -> Reply:
@@ -198,6 +267,8 @@ class ScriptedModel:
                 yield TextDelta(piece)
         for call in reply.calls:
             yield ModelToolCall(call.name, dict(call.arguments))
+        if reply.usage is not None:
+            yield reply.usage
 
 
 @attrs.define(eq=False)
@@ -209,6 +280,12 @@ class EchoModel:
     """
 
     prefix: str = "You said: "
+
+    def describe(self) -> ModelInfo:
+        """Name `echo`, provider `turnkeep`, its prefix as its one setting."""
+        return ModelInfo(
+            name="echo", provider="turnkeep", settings={"prefix": self.prefix}
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Stream `prefix` plus the last user message, word by word."""

@@ -9,7 +9,15 @@ Configuration comes from the environment (`OpenAIConfig.from_env`):
 
 - `TURNKEEP_OPENAI_MODEL` (required to enable it), e.g. `gpt-4o-mini`;
 - `TURNKEEP_OPENAI_BASE_URL` or `OPENAI_BASE_URL` (default OpenAI's);
-- `TURNKEEP_OPENAI_API_KEY` or `OPENAI_API_KEY`.
+- `TURNKEEP_OPENAI_API_KEY` or `OPENAI_API_KEY`;
+- `TURNKEEP_OPENAI_TEMPERATURE`, `TURNKEEP_OPENAI_MAX_TOKENS` (optional
+  settings sent with every request, and reported by `describe`).
+
+Usage comes from the server: each request asks for it
+(`stream_options.include_usage`), and the `usage` chunk the server sends
+(prompt and completion tokens) is streamed on as a `Usage`, with the model
+name the server says served the call. A server that reports none gives
+none; nothing is estimated.
 
 The API key is runtime configuration only: it is sent in the
 `Authorization` header and nowhere else. It is not part of any request the
@@ -27,8 +35,15 @@ import attrs
 import msgspec
 
 from turnkeep.agent.messages import Message
-from turnkeep.agent.models import ModelOutput, ModelRequest, ModelToolCall, TextDelta
+from turnkeep.agent.models import (
+    ModelOutput,
+    ModelRequest,
+    ModelToolCall,
+    TextDelta,
+    Usage,
+)
 from turnkeep.errors import ConfigurationError, ModelError
+from turnkeep.events import ModelInfo
 
 try:
     import httpx
@@ -53,19 +68,29 @@ class OpenAIConfig:
         api_key: the bearer token, or `None` for servers without auth.
             Never shown by `repr`.
         timeout: seconds to wait for the server between streamed bytes.
+        temperature: sent as `temperature` when set.
+        max_tokens: sent as `max_tokens` when set: the output cap a token
+            budget reserves per call (`turnkeep.agent.budgets`).
+        report_usage: ask the server for usage (`stream_options`); turn it
+            off for a server that refuses the field.
     """
 
     model: str
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = attrs.field(default=None, repr=False)
     timeout: float = 120.0
+    temperature: float | None = None
+    max_tokens: int | None = None
+    report_usage: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OpenAIConfig | None:
         """Read the configuration from the environment; `None` if not enabled.
 
         Raises:
-            ConfigurationError: `TURNKEEP_OPENAI_TIMEOUT` is not a number.
+            ConfigurationError: `TURNKEEP_OPENAI_TIMEOUT` or
+                `TURNKEEP_OPENAI_TEMPERATURE` is not a number, or
+                `TURNKEEP_OPENAI_MAX_TOKENS` not a positive integer.
         """
         env = os.environ if env is None else env
         model = env.get("TURNKEEP_OPENAI_MODEL")
@@ -79,6 +104,21 @@ class OpenAIConfig:
                 f"TURNKEEP_OPENAI_TIMEOUT must be a number of seconds, got "
                 f"{timeout_text!r}"
             ) from exc
+        temperature = env.get("TURNKEEP_OPENAI_TEMPERATURE")
+        max_tokens = env.get("TURNKEEP_OPENAI_MAX_TOKENS")
+        try:
+            temp = None if temperature is None else float(temperature)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"TURNKEEP_OPENAI_TEMPERATURE must be a number, got {temperature!r}"
+            ) from exc
+        if max_tokens is not None and not (
+            max_tokens.isdigit() and int(max_tokens) > 0
+        ):
+            raise ConfigurationError(
+                "TURNKEEP_OPENAI_MAX_TOKENS must be a positive integer, got "
+                f"{max_tokens!r}"
+            )
         return cls(
             model=model,
             base_url=env.get("TURNKEEP_OPENAI_BASE_URL")
@@ -86,6 +126,8 @@ class OpenAIConfig:
             or DEFAULT_BASE_URL,
             api_key=env.get("TURNKEEP_OPENAI_API_KEY") or env.get("OPENAI_API_KEY"),
             timeout=timeout,
+            temperature=temp,
+            max_tokens=None if max_tokens is None else int(max_tokens),
         )
 
 
@@ -109,8 +151,15 @@ class _Choice(msgspec.Struct, omit_defaults=True):
     delta: _Delta = msgspec.field(default_factory=_Delta)
 
 
+class _Usage(msgspec.Struct, omit_defaults=True):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
 class _Chunk(msgspec.Struct, omit_defaults=True):
     choices: list[_Choice] = msgspec.field(default_factory=list[_Choice])
+    model: str | None = None
+    usage: _Usage | None = None
 
 
 _chunk_decoder: Final = msgspec.json.Decoder(_Chunk)
@@ -145,8 +194,20 @@ class OpenAIModel:
             await self._client.aclose()
             self._client = None
 
+    def describe(self) -> ModelInfo:
+        """The configured model name and the settings sent (never the key)."""
+        config = self.config
+        settings: dict[str, Any] = {}
+        if config.temperature is not None:
+            settings["temperature"] = config.temperature
+        if config.max_tokens is not None:
+            settings["max_tokens"] = config.max_tokens
+        return ModelInfo(
+            name=config.model, provider="openai-compatible", settings=settings
+        )
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
-        """Stream the reply from the server.
+        """Stream the reply from the server, then its usage if it reports one.
 
         Raises:
             ModelError: the server refused or broke off, or sent tool
@@ -159,6 +220,8 @@ class OpenAIModel:
         url = self.config.base_url.rstrip("/") + "/chat/completions"
         calls: dict[int, list[str]] = {}
         names: dict[int, str] = {}
+        usage: _Usage | None = None
+        served: str | None = None
         try:
             async with self._http().stream(
                 "POST", url, content=_encoder.encode(body), headers=headers
@@ -178,6 +241,9 @@ class OpenAIModel:
                     if payload == "[DONE]":
                         break
                     chunk = _chunk_decoder.decode(payload)
+                    served = chunk.model or served
+                    if chunk.usage is not None:
+                        usage = chunk.usage
                     for choice in chunk.choices:
                         delta = choice.delta
                         if delta.content:
@@ -199,17 +265,30 @@ class OpenAIModel:
             ) from None
         for index in sorted(calls):
             yield ModelToolCall(names.get(index, ""), _arguments("".join(calls[index])))
+        if usage is not None:
+            yield Usage(
+                input_tokens=usage.prompt_tokens,
+                output_tokens=usage.completion_tokens,
+                model=served,
+            )
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
         if request.instructions:
             messages.append({"role": "system", "content": request.instructions})
         messages.extend(_wire_message(m) for m in request.messages)
+        config = self.config
         body: dict[str, Any] = {
-            "model": self.config.model,
+            "model": config.model,
             "messages": messages,
             "stream": True,
         }
+        if config.report_usage:
+            body["stream_options"] = {"include_usage": True}
+        if config.temperature is not None:
+            body["temperature"] = config.temperature
+        if config.max_tokens is not None:
+            body["max_tokens"] = config.max_tokens
         if request.tools:
             body["tools"] = [
                 {

@@ -3,6 +3,7 @@
 `TurnRunner` is what `AgentLoop` runs for one admitted turn (or recovery):
 
     turn/start, user/message,
+    [run/instructions] run/context, when the run context changed,
     then per model call: assistant/chunk..., assistant/message, and per
     requested tool: tool/call, [turn/checkpoint + flush if unsafe], the tool,
     tool/result;
@@ -14,6 +15,11 @@ so, and the turn ends `failed`. Every call gets exactly one result, whatever
 happens (the tool fails, is cancelled, the turn is cancelled before it
 runs), so the log pairs every call with one result except across a crash,
 which recovery repairs.
+
+Before each model or tool call the turn's budgets are asked
+(`turnkeep.agent.budgets`); one that would be exceeded ends the turn
+`budget_exhausted` before the call. The run context is built and compared by
+`turnkeep.agent.context`.
 
 The records it fills in (`TurnResult`, `Running`) and the texts it writes
 for calls that did not finish live in `turnkeep.agent.turns`.
@@ -29,9 +35,11 @@ from typing import Final, TypeVar, cast
 
 import attrs
 
+from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
+from turnkeep.agent.context import ContextPlan
 from turnkeep.agent.history import history_of
 from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
-from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta
+from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.agent.tools import Tool, ToolContext, replay_policy, tool_spec
 from turnkeep.agent.turns import (
@@ -43,12 +51,14 @@ from turnkeep.agent.turns import (
     TurnResult,
     call_id_for,
 )
+from turnkeep.agent.usage import UsageMeter
 from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
 from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
     AssistantMessage,
     AssistantMessageData,
+    RunContextData,
     SessionEvent,
     ToolCall,
     ToolCallData,
@@ -79,6 +89,7 @@ _SUMMARY_STATUS: Final[dict[TurnStatus, SessionStatus]] = {
     "cancelled": "idle",
     "failed": "failed",
     "interrupted": "interrupted",
+    "budget_exhausted": "idle",
 }
 
 
@@ -90,10 +101,6 @@ class _NotDurable(Exception):
     """A durability point before an unsafe tool failed."""
 
 
-class _StepLimit(Exception):
-    """The model kept calling tools past `max_steps`."""
-
-
 @attrs.define(eq=False)
 class TurnRunner:
     """Runs one admitted turn, or the recovery of a cut-off one."""
@@ -102,9 +109,12 @@ class TurnRunner:
     model: Model
     tools: Mapping[str, Tool]
     instructions: str | None
-    max_steps: int
     running: Running
     flush: Callable[[Session], Awaitable[None]]
+    budget: TurnBudget
+    context: RunContextData
+    plan: ContextPlan
+    meter: UsageMeter
 
     @property
     def session(self) -> Session:
@@ -117,6 +127,7 @@ class TurnRunner:
         """Start the next turn with the user's message and run it to its end."""
         session = self.session
         turn = last_turn_number(session.events) + 1
+        self.meter.start()
         start = self._emit(TurnStart, TurnStartData(turn=turn))
         session.set_summary(status="active")
         return await self._finish(
@@ -143,6 +154,7 @@ class TurnRunner:
         found = open_turn(session.events)
         if found is None:
             return RecoveryReport(session_id=session.id), None
+        self.meter.start()
         names = {c.data.call_id: c.data.name for c in found.unanswered}
         interrupted: list[str] = []
         rerun: list[ToolCallData] = []
@@ -210,9 +222,8 @@ class TurnRunner:
             status, error = "cancelled", "cancelled by the caller"
         except _NotDurable as exc:
             status, error = "failed", str(exc)
-        except _StepLimit:
-            status = "failed"
-            error = f"the model called tools {self.max_steps} times without finishing"
+        except BudgetExhausted as exc:
+            status, error = "budget_exhausted", str(exc)
         except (ModelError, EventRejectedError) as exc:
             status, error = "failed", str(exc)
         except Exception as exc:
@@ -227,15 +238,29 @@ class TurnRunner:
         return await self._end(turn, start_seq, status, error, text)
 
     async def _steps(self, turn: int) -> str:
-        for _ in range(self.max_steps):
+        self._record_context()
+        budget = self.budget
+        budget.start()
+        while True:
             self._check_cancel()
+            budget.before_model_call()
             text, calls = await self._call_model(turn)
             if not calls:
                 return text
             for request in calls:
                 self._check_cancel()
+                budget.before_tool()
                 await self._call_tool(turn, request)
-        raise _StepLimit
+
+    def _record_context(self) -> None:
+        """Append the run context if it changed, before the first model call.
+
+        No flush of its own: it becomes durable with the turn's first flush
+        (an unsafe tool's intent, or the end), so no durable part of the
+        turn is ever without it and a short turn stays one write.
+        """
+        for data in self.plan.pending(self.session, self.context, self.instructions):
+            self._emit(SessionEvent, data)
 
     async def _end(
         self,
@@ -246,7 +271,10 @@ class TurnRunner:
         text: str,
     ) -> TurnResult:
         self.running.phase = "end"
-        end = self._emit(TurnEnd, TurnEndData(turn=turn, status=status, error=error))
+        usage = self.meter.finish()
+        end = self._emit(
+            TurnEnd, TurnEndData(turn=turn, status=status, error=error, usage=usage)
+        )
         self.session.set_summary(status=_SUMMARY_STATUS[status])
         await self.flush(self.session)
         return TurnResult(
@@ -272,7 +300,10 @@ class TurnRunner:
         )
         parts: list[str] = []
         calls: list[ModelToolCall] = []
+        usage: Usage | None = None
         self.running.phase = "model"
+        meter = self.meter
+        started = meter.clock()
         try:
             stream = self.model.stream(request)
         except Exception as exc:
@@ -283,12 +314,14 @@ class TurnRunner:
                     if item.text:
                         self._emit(AssistantChunk, AssistantChunkData(text=item.text))
                         parts.append(item.text)
-                elif isinstance(item, ModelToolCall):  # pyright: ignore[reportUnnecessaryIsInstance]
+                elif isinstance(item, ModelToolCall):
                     calls.append(item)
+                elif isinstance(item, Usage):  # pyright: ignore[reportUnnecessaryIsInstance]
+                    usage = item
                 else:
                     raise ModelError(
                         f"the model streamed a {type(item).__name__}; expected "
-                        "TextDelta or ModelToolCall"
+                        "TextDelta, ModelToolCall or Usage"
                     )
         except (ModelError, EventRejectedError):
             raise
@@ -301,6 +334,11 @@ class TurnRunner:
             if aclose is not None:
                 await aclose()
             self.running.phase = "between"
+            # Charged also for a call that failed or was cancelled: it may
+            # have produced output the provider bills.
+            self.budget.charge(usage)
+            meter.reported(usage)
+            meter.model_seconds += meter.clock() - started
         text = "".join(parts)
         # Always recorded, even empty: it marks where this model call's tool
         # calls begin, so history keeps one assistant message per call.
@@ -378,6 +416,7 @@ class TurnRunner:
         )
         status: ToolResultStatus = "ok"
         self.running.phase = "tool"
+        started = self.meter.clock()
         try:
             # A copy: a tool that mutates its arguments must not change the
             # logged call under the log's feet.
@@ -400,6 +439,7 @@ class TurnRunner:
             output, status = f"{type(exc).__name__}: {exc}", "error"
         finally:
             self.running.phase = "between"
+            self.meter.tool_seconds += self.meter.clock() - started
         self._result(data.call_id, output, status)
 
     def _may_rerun(self, data: ToolCallData) -> bool:
@@ -424,6 +464,7 @@ class TurnRunner:
     def _emit(self, kind: type[E], data: object) -> E:
         # The payload names its event type; `kind` only types the result.
         event = cast(E, self.session.append(data))
+        self.meter.appended(event)
         for sink in self.running.sinks:
             sink(event)
         return event

@@ -22,7 +22,7 @@ from typing import Final, Literal, TypeAlias
 import attrs
 
 from turnkeep.agent.loop import AgentLoop
-from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.tools import Tool
 from turnkeep.errors import (
@@ -32,7 +32,8 @@ from turnkeep.errors import (
     TurnkeepError,
 )
 from turnkeep.host import Host
-from turnkeep.listing import active_holds
+from turnkeep.listfilter import ListFilter
+from turnkeep.listing import active_holds, list_where
 
 __all__ = ["SWEEP_AGENT_ID", "SweepAction", "SweepResult", "recover_interrupted"]
 
@@ -44,6 +45,7 @@ SweepAction: TypeAlias = Literal["recovered", "clean", "held", "failed"]
 cleanly (only read); left it alone because its owner is alive; could not."""
 
 _HELD: Final = "a live owner holds it (its turn is still running)"
+_RUNNING: Final = ListFilter(statuses=("active",))
 
 
 @attrs.frozen
@@ -70,6 +72,10 @@ class _NoModel:
         """Refuse: the sweep does not call models."""
         raise ModelError("recovery of interrupted sessions does not call models")
         yield  # pragma: no cover - makes this an async generator
+
+    def describe(self) -> ModelInfo:
+        """No model: recovery only."""
+        return ModelInfo(name="none", provider="turnkeep-recovery")
 
 
 async def recover_interrupted(
@@ -130,8 +136,15 @@ async def recover_interrupted(
 async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResult:
     try:
         # No steal: an owner that is alive keeps its session.
+        # The sweep is not the session's agent: its context differs by
+        # design, and recovery that asks no model records none.
         loop = await AgentLoop.resume(
-            SWEEP_AGENT_ID, session_id, host=host, model=_NoModel(), tools=tools
+            SWEEP_AGENT_ID,
+            session_id,
+            host=host,
+            model=_NoModel(),
+            tools=tools,
+            context="override",
         )
     except SessionLockedError as exc:
         return SweepResult(session_id, "held", error=str(exc))
@@ -149,10 +162,12 @@ async def _running_turns(host: Host, page_size: int) -> AsyncIterator[tuple[str,
     backend = host.require_persistence()
     cursor: str | None = None
     while True:
-        page = await backend.list(limit=page_size, cursor=cursor)
+        # Only stored `active` sessions: in the backend's index, not a
+        # walk through every session of the store.
+        page = await list_where(backend, limit=page_size, cursor=cursor, where=_RUNNING)
         holds = await active_holds(backend, page.items) or {}
         for meta in page.items:
-            if meta.summary.status == "active":
+            if meta.summary.status == "active":  # changed since it was paged
                 yield meta.id, holds.get(meta.id, False)
         if page.next_cursor is None:
             return

@@ -29,8 +29,10 @@ __all__ = [
     "CANCELLED_UNSAFE_OUTPUT",
     "NOT_DURABLE_OUTPUT",
     "NOT_RUN_CANCELLED_OUTPUT",
+    "NewTurn",
     "Outcome",
     "Phase",
+    "RecoverTurn",
     "Running",
     "TurnResult",
     "call_id_for",
@@ -118,6 +120,20 @@ class Running:
         """Tell the flush watchers that a flush of the turn has ended."""
         for watcher in self.flush_watchers:
             watcher()
+
+
+@attrs.frozen
+class NewTurn:
+    """A job for a turn's task: run a new turn with the user's `text`."""
+
+    text: str
+
+
+@attrs.frozen
+class RecoverTurn:
+    """A job for a turn's task: recover the open turn (and maybe continue it)."""
+
+    continue_turn: bool
 
 
 @attrs.frozen

@@ -22,7 +22,7 @@ import click
 import msgspec
 
 from turnkeep.agent.loop import AgentLoop
-from turnkeep.agent.models import ModelOutput, ModelRequest
+from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.cli.output import clean, confirm, emit_json
 from turnkeep.cli.runtime import (
@@ -264,6 +264,10 @@ class _NoModel:
         raise ModelError("the turnkeep command does not call models")
         yield  # pragma: no cover - makes this an async generator
 
+    def describe(self) -> ModelInfo:
+        """No model: recovery only."""
+        return ModelInfo(name="none", provider="turnkeep-recovery")
+
 
 class _Recovered(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
@@ -344,8 +348,15 @@ async def _recover_one(
         for e in events
         if isinstance(e, ToolCall) and e.data.replay == "safe"
     }
+    # Not the session's agent: its context differs by design, and a
+    # recovery that asks no model records none.
     loop = await AgentLoop.resume(
-        CLI_AGENT_ID, session_id, host=host, model=_NoModel(), tools=()
+        CLI_AGENT_ID,
+        session_id,
+        host=host,
+        model=_NoModel(),
+        tools=(),
+        context="override",
     )
     report: RecoveryReport | None = loop.recovery
     await loop.close()

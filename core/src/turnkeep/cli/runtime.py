@@ -1,9 +1,9 @@
 """How every `turnkeep` command runs: options, the store, errors, exit codes.
 
-Owns the options every command shares (`--store`, `--debug`), the parsing of
-store specs (`jsonl:PATH`, `sqlite:PATH`, `postgres:DSN`), opening a `Host`
-on the selected backend (and closing it), and turning failures into one
-line on stderr with a meaningful exit status:
+Owns the options every command shares (`--store`, `--debug`; specs are
+parsed by `turnkeep.storespec`), opening a `Host` on the selected backend
+(and closing it), and turning failures into one line on stderr with a
+meaningful exit status:
 
 - 0: done, nothing wrong;
 - 1: problems found, or bad input (an unknown session, a damaged, foreign,
@@ -17,15 +17,12 @@ Tracebacks are printed only with `--debug`.
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 import click
@@ -48,6 +45,7 @@ from turnkeep.errors import (
 )
 from turnkeep.host import Host
 from turnkeep.persistence import SessionPersistence
+from turnkeep.storespec import StoreSpec, parse_spec, redact_dsn
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -71,8 +69,6 @@ EXIT_PROBLEMS: Final = 1
 EXIT_INTERRUPTED: Final = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_NAME: Final = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 class CliError(Exception):
@@ -134,85 +130,6 @@ def common_options(fn: F) -> F:
         help="Use this store instead of the configured one: jsonl:PATH, "
         "sqlite:PATH, postgres:DSN (or a backend name alone).",
     )(fn)
-
-
-# -- store specs ---------------------------------------------------------------
-
-
-@attrs.frozen
-class StoreSpec:
-    """A backend chosen on the command line, with its location.
-
-    Attributes:
-        backend: the backend's name (its entry point and configuration key).
-        options: options for `[backends.<backend>]` that override the
-            configured ones (`path`, or `dsn` and `schema`).
-    """
-
-    backend: str
-    options: dict[str, str] = attrs.field(factory=dict[str, str])
-
-    def overrides(self) -> dict[str, Any]:
-        """Configuration overrides selecting this backend and only its plugin."""
-        plugins: object = "none" if self.backend == "memory" else [self.backend]
-        values: dict[str, Any] = {"persistence": self.backend, "plugins": plugins}
-        if self.options:
-            values["backends"] = {self.backend: dict(self.options)}
-        return values
-
-    def describe(self) -> str:
-        """The spec for messages (a DSN's password masked)."""
-        if "dsn" in self.options:
-            return f"{self.backend}:{redact_dsn(self.options['dsn'])}"
-        if "path" in self.options:
-            return f"{self.backend}:{self.options['path']}"
-        return self.backend
-
-
-def parse_spec(text: str) -> StoreSpec:
-    """Parse `NAME[:TARGET]`.
-
-    `TARGET` is the backend's `path` (made absolute), or for `postgres` its
-    `dsn`; a `schema` parameter in the DSN (`?schema=x` in a URI, `schema=x`
-    in a key/value string) is turnkeep's and becomes the `schema` option.
-
-    Raises:
-        ValueError: the spec is malformed.
-    """
-    name, sep, target = text.partition(":")
-    if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"{text!r} is not a store spec; expected NAME:TARGET such as "
-            "jsonl:./sessions, sqlite:./s.db or postgres:postgresql://host/db"
-        )
-    if not sep:
-        return StoreSpec(name)
-    if not target:
-        raise ValueError(f"store spec {text!r} names no location after the colon")
-    if name == "postgres":
-        dsn, schema = _split_schema(target)
-        found = {"dsn": dsn} | ({"schema": schema} if schema else {})
-        return StoreSpec(name, found)
-    return StoreSpec(name, {"path": str(Path(target).expanduser().absolute())})
-
-
-def _split_schema(dsn: str) -> tuple[str, str | None]:
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        schema = next((v for k, v in query if k == "schema"), None)
-        rest = urlencode([(k, v) for k, v in query if k != "schema"])
-        return urlunsplit(parts._replace(query=rest)), schema
-    match = re.search(r"(?:^|\s)schema\s*=\s*(\S+)", dsn)
-    if match is None:
-        return dsn, None
-    return (dsn[: match.start()] + dsn[match.end() :]).strip(), match.group(1)
-
-
-def redact_dsn(dsn: str) -> str:
-    """A DSN with its password masked, for printing."""
-    masked = re.sub(r"(://[^/:@\s]*:)[^@/\s]*@", r"\1***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", masked)
 
 
 # -- opening the store ---------------------------------------------------------

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from turnkeep.agent.messages import Message, derive_messages
 from turnkeep.agent.recovery import open_turn
+from turnkeep.agent.usage import UsageTotals, total_usage
 from turnkeep.cli.output import (
     clean,
     console,
@@ -53,6 +54,7 @@ class _Shown(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     open_turn: int | None
     interrupted_calls: list[str]
+    usage: UsageTotals
 
 
 @click.command(
@@ -112,18 +114,19 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
                     interrupted_calls=[c.data.call_id for c in cut.unanswered]
                     if cut is not None
                     else [],
+                    usage=total_usage(events),
                 )
             )
             return 0
         out = console()
-        _header(out, loaded)
+        _header(out, loaded, total_usage(events))
         render_transcript(events, out, session_id=session_id, full=full)
         return 0
 
     execute(body)
 
 
-def _header(out: Console, loaded: LoadedSession) -> None:
+def _header(out: Console, loaded: LoadedSession, usage: UsageTotals) -> None:
     meta = loaded.meta
     summary, header = meta.summary, meta.header
     lines = [
@@ -138,8 +141,22 @@ def _header(out: Console, loaded: LoadedSession) -> None:
             f"forked   from {clean(header.parent.session_id)} "
             f"at seq {header.parent.seq}"
         )
+    if usage.turns:
+        lines.append(f"usage    {_usage_line(usage)}")
     for line in lines:
         out.print(Text(line, "bold"))
+
+
+def _usage_line(usage: UsageTotals) -> str:
+    def tokens(count: int | None) -> str:
+        return "not reported" if count is None else f"{count:,}"
+
+    return (
+        f"{usage.turns} turn(s): tokens in {tokens(usage.input_tokens)}, out "
+        f"{tokens(usage.output_tokens)}; model {usage.model_ms / 1000:.1f} s, "
+        f"tools {usage.tool_ms / 1000:.1f} s; {usage.events:,} events, "
+        f"{usage.bytes:,} bytes"
+    )
 
 
 @click.command(

@@ -9,10 +9,14 @@ been made durable, so `SessionCorruptError` is raised with their offset.
 
 The common case (an undamaged log) goes through a vectorised path that checks
 each unit with one CRC over its bytes; anything it cannot accept is handed to
-a line-by-line analysis, which is authoritative. A unit larger than a chunk
-is read to its end before it is looked at again (once: re-splitting a growing
-buffer made one huge flush load several times slower than the same events
-flushed per turn). Memory stays bounded by the chunk size plus the longest
+a line-by-line analysis, which is authoritative. The fast path reads chunk by
+chunk, each starting at a line start, and carries a unit that spans chunks
+as its events so far plus a running CRC, so every byte is read, split and
+checksummed once however the events were grouped into flushes (joining a
+large unit's chunks before looking at it made one huge flush load slower
+than the same events flushed per turn). The log's turn count comes from the
+last control line, which carries it; only lines from before that field
+existed are counted. Memory stays bounded by the chunk size plus the longest
 acceptable line, or the largest valid unit, whatever the file holds.
 """
 
@@ -26,11 +30,7 @@ from typing import Final
 
 import attrs
 
-from turnkeep.backendkit import (
-    count_stored_turn_ends,
-    count_turn_ends_in_lines,
-    newer_format,
-)
+from turnkeep.backendkit import count_stored_turn_ends, newer_format
 from turnkeep.errors import SessionCorruptError
 from turnkeep.meta import FORMAT_VERSION
 
@@ -106,8 +106,17 @@ class ScanState:
     ) -> bool:
         """Apply a unit of `n` event lines (bytes `region`) if it is valid.
 
-        `turns` is how many of those lines are `turn/end` events (the caller
-        counts them; `_fast` does so for many units at once, afterwards).
+        `turns` is how many of those lines are `turn/end` events.
+        """
+        return self.apply(control, n, len(region), zlib.crc32(region), turns)
+
+    def apply(
+        self, control: Control, n: int, length: int, crc: int, turns: int = 0
+    ) -> bool:
+        """`accept` for event lines of `length` bytes whose CRC-32 is `crc`.
+
+        The fast path checksums a unit's lines chunk by chunk as they are
+        read (and counts their turn ends afterwards, many units at once).
         """
         if control.flush != self.flush + 1:
             return False
@@ -117,13 +126,13 @@ class ScanState:
                 or control.n != n
                 or control.epoch != self.epoch
                 or control.seq != self.seq + n
-                or control.len != len(region)
-                or control.fcrc != f"{zlib.crc32(region):08x}"
+                or control.len != length
+                or control.fcrc != f"{crc:08x}"
             ):
                 return False
             self.released = False
             self.turns += turns
-            self.size += control.len - SUFFIX_LEN * n
+            self.size += length - SUFFIX_LEN * n
             if control.said is not None:
                 self.said = control.said
                 self.said_flush = control.flush
@@ -234,145 +243,164 @@ def scan(
     header = check_header(first[:newline], session_id)
     state = ScanState()
     events: list[bytes] = []
-    pos = newline + 1
-    buf = first[pos:]
-    got = len(first)
+    found = events if collect else None
+    pending = _Pending()
+    pos = at = newline + 1  # pos: the end of the valid units; at: buf's start
+    buf: bytes | None = first[at:]
     del first
-    while True:
-        used, failed = _fast(buf, state, events if collect else None)
-        if used:
-            pos += used
-            buf = buf[used:]
-        if failed or got >= size:
+    while buf is not None:
+        ended = at + len(buf) >= size
+        used, accepted, failed = _fast(buf, state, pending, found)
+        if accepted >= 0:
+            pos = at + accepted
+        if failed or ended:
             break
-        if len(buf) - buf.rfind(b"\n") - 1 > max_line:
+        at += used
+        if len(buf) - used > max_line:
             break  # an overlong line: the slow path names it
-        if used:
-            chunk = read(got, min(CHUNK, size - got))
-            if not chunk:
-                size = got  # the file shrank while we read it
-                break
-            got += len(chunk)
-            buf = buf + chunk if buf else chunk
-            continue
-        # No whole unit in `buf`: read on to the end of one before looking
-        # again. Appending chunk by chunk and re-splitting the growing buffer
-        # made a large flush cost quadratic time (a 100k-event session
-        # written as one flush loaded several times slower than per turn).
-        parts, got, ended = _read_to_unit_end(read, buf, got, size, max_line)
-        if ended:
-            size = got  # the file shrank while we read it
-        buf = b"".join(parts)
-        del parts
-    del buf
+        buf, shrunk = _read_lines(read, at, size, max_line)
+        if shrunk:
+            size = at + len(buf or b"")
+    del buf, pending
     if pos >= size:
         return ScanResult(header, events, pos, size, state, None)
-    found = events if collect else None
     skip = data_from if data_from is not None else _no_holes
     return _slow(read, pos, size, header, state, found, max_line, skip, tolerate)
 
 
-def _read_to_unit_end(
-    read: Reader, buf: bytes, got: int, size: int, max_line: int
-) -> tuple[list[bytes], int, bool]:
-    """Read chunks after `buf` until they hold a whole control line.
+def _read_lines(
+    read: Reader, at: int, size: int, max_line: int
+) -> tuple[bytes | None, bool]:
+    """The bytes from line start `at` on: a chunk, or more to end a line in it.
 
-    Also stops at the end of the file and once the last line grows past
-    `max_line` (the slow path names it). `buf` starts at a line start.
+    Whatever `_fast` did not take (an unfinished last line) is read again
+    with the next chunk, so a unit spanning chunks is never re-joined or
+    re-split: it is read, split and checksummed once, chunk by chunk.
 
     Returns:
-        `buf` and the chunks read (to be joined once), the new read offset,
-        and whether the file ended early (it shrank while being read).
+        The bytes (`None` when a line grows past `max_line` before it ends:
+        the slow path names it), and whether the file ended before `size`
+        (it shrank while being read).
     """
-    parts = [buf]
-    # A control line starts at `buf`'s start or right after a newline; its
-    # own newline ends it. `mark` is whether one has started.
-    mark = buf.startswith(MARK) or buf.find(_NEEDLE) >= 0
-    edge = buf[-len(_NEEDLE) + 1 :] if buf else b"\n"
-    line = len(buf) - buf.rfind(b"\n") - 1
+    chunk = read(at, min(CHUNK, size - at))
+    got = at + len(chunk)
+    if b"\n" in chunk or got >= size:
+        return chunk, len(chunk) < min(CHUNK, size - at)
+    parts = [chunk]  # a line longer than a chunk: read on to its end
+    length = len(chunk)
     while got < size:
-        chunk = read(got, min(CHUNK, size - got))
-        if not chunk:
-            return parts, got, True
-        got += len(chunk)
-        parts.append(chunk)
-        newline = chunk.rfind(b"\n")
-        if mark and newline >= 0:
-            break  # the control line that started has ended
-        joint = edge + chunk
-        found = joint.find(_NEEDLE)
-        if found >= 0:
-            if joint.find(b"\n", found + 1) >= 0:
-                break
-            mark = True
-        edge = joint[-len(_NEEDLE) + 1 :]
-        line = len(chunk) - newline - 1 if newline >= 0 else line + len(chunk)
-        if line > max_line:
+        more = read(got, min(CHUNK, size - got))
+        if not more:
+            return b"".join(parts), True
+        got += len(more)
+        parts.append(more)
+        if b"\n" in more:
             break
-    return parts, got, False
+        length += len(more)
+        if length > max_line:
+            return None, False
+    return b"".join(parts), False
 
 
 def _no_holes(offset: int) -> int:
     return offset
 
 
-def _fast(buf: bytes, state: ScanState, events: list[bytes] | None) -> tuple[int, bool]:
-    """Accept the whole units at the start of `buf`, all at C speed.
+@attrs.define
+class _Pending:
+    """What was read of a unit whose control line is yet to come.
+
+    `items` are its event lines, already cut to the events' bytes when the
+    scan collects them (so a large unit's lines are freed chunk by chunk).
+    """
+
+    items: list[bytes] = attrs.Factory(list[bytes])
+    crc: int = 0
+    length: int = 0
+
+
+def _fast(
+    buf: bytes, state: ScanState, pending: _Pending, events: list[bytes] | None
+) -> tuple[int, int, bool]:
+    """Accept the whole units ending in `buf` (which starts a line), at C speed.
+
+    A unit may have started in earlier chunks (`pending`); the event lines
+    after the last control line become `pending` for the next chunk.
 
     Returns:
-        How many bytes were accepted, and whether a unit failed to validate.
+        How many bytes of `buf` were taken (its whole lines), where the last
+        unit accepted in it ends (-1: none), and whether a unit failed.
     """
     lines = buf.split(b"\n")
-    lines.pop()  # the unfinished remainder
+    used = len(buf) - len(lines.pop())  # the unfinished remainder stays
     marks = list(compress(count(), map(bytes.startswith, lines, repeat(MARK))))
-    if not marks:
-        return 0, False
-    last = marks[-1]
-    starts = [0, *accumulate(map(add, map(len, lines[: last + 1]), repeat(1)))]
-    ctl_lines = [lines[i] for i in marks]
-    # Checked all at once; on any doubt, line by line in the loop below.
-    controls = decode_controls(ctl_lines) if all_sealed(ctl_lines) else None
     view = memoryview(buf)
-    taken: list[bytes] = []
+    accepted = -1
     start = 0
-    accepted = 0
+    a = 0
     failed = False
-    seq = state.seq
     try:
-        for k, mark in enumerate(marks):
-            control = (
-                controls[k] if controls is not None else decode_control(lines[mark])
-            )
-            a = starts[start]
-            if control is None or not state.accept(
-                control, mark - start, view[a : starts[mark]]
-            ):
-                failed = True
-                break
-            if events is not None and mark > start:
+        if marks:
+            last = marks[-1]
+            starts = [0, *accumulate(map(add, map(len, lines[: last + 1]), repeat(1)))]
+            ctl_lines = [lines[i] for i in marks]
+            # Checked all at once; on any doubt, line by line in the loop.
+            controls = decode_controls(ctl_lines) if all_sealed(ctl_lines) else None
+            carried: list[bytes] = []  # the first unit's items from earlier chunks
+            taken: list[bytes] = []  # the event lines of the units accepted
+            done: Control | None = None  # the last control line accepted
+            for k, mark in enumerate(marks):
+                control = (
+                    controls[k] if controls is not None else decode_control(lines[mark])
+                )
+                b = starts[mark]
+                if control is None or not state.apply(
+                    control,
+                    len(pending.items) + mark - start,
+                    pending.length + b - a,
+                    zlib.crc32(view[a:b], pending.crc),
+                ):
+                    failed = True
+                    break
+                done = control
+                if pending.items:
+                    carried = pending.items
+                    pending.items = []
+                    pending.crc = pending.length = 0
                 taken += lines[start:mark]
-            start = mark + 1
-            accepted = starts[start]
+                start = mark + 1
+                a = accepted = starts[start]
+            if done is not None:
+                _count_turns(state, done, carried, taken)
+                if events is not None:
+                    events += carried
+                    events.extend(map(add, map(_cut, taken), repeat(_CLOSE)))
+        if not failed and start < len(lines):
+            rest = lines[start:]
+            if events is not None:
+                pending.items.extend(map(add, map(_cut, rest), repeat(_CLOSE)))
+            else:
+                pending.items += rest
+            pending.crc = zlib.crc32(view[a:used], pending.crc)
+            pending.length += used - a
     finally:
         view.release()
-    if events is not None and taken:
-        events.extend(map(add, map(_cut, taken), repeat(_CLOSE)))
-    if accepted:
-        state.turns += _turn_ends(buf, accepted, lines, start, state.seq - seq)
-    return accepted, failed
+    return used, accepted, failed
 
 
-def _turn_ends(buf: bytes, end: int, lines: list[bytes], stop: int, events: int) -> int:
-    """How many turn ends the whole units in `buf[:end]` hold.
+def _count_turns(
+    state: ScanState, last: Control, carried: list[bytes], lines: list[bytes]
+) -> None:
+    """Bring `state.turns` up to date with the units just accepted.
 
-    `lines[:stop]` are those units' lines and `events` the number of event
-    lines among them. The kit counts over the buffer when every event line
-    starts as core writes events; otherwise each event line is looked at.
+    `last` is the last one's control line, which carries the log's turn
+    count since that field exists; for older lines, the units' events are
+    counted (`carried`, the first unit's from earlier chunks, and `lines`).
     """
-    turns = count_turn_ends_in_lines(buf, end, events)
-    if turns is not None:
-        return turns
-    return count_stored_turn_ends([x for x in lines[:stop] if not x.startswith(MARK)])
+    if last.turns is not None:
+        state.turns = last.turns
+    else:
+        state.turns += count_stored_turn_ends(carried) + count_stored_turn_ends(lines)
 
 
 def _lines(

@@ -1,0 +1,82 @@
+"""The errors of turns, re-exported by `turnkeep.errors` (import them from there).
+
+A turn refused at admission (`TurnInProgressError`, `TurnNotDurableError`),
+a resume refused because the caller's run context differs from the recorded
+one (`ContextMismatchError`), a model or tool that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from turnkeep.errorbase import TurnkeepError
+
+__all__ = [
+    "ContextMismatchError",
+    "ModelError",
+    "ToolError",
+    "TurnError",
+    "TurnInProgressError",
+    "TurnNotDurableError",
+]
+
+
+class TurnError(TurnkeepError):
+    """A turn could not be admitted or completed."""
+
+    code = "turn"
+
+
+class TurnInProgressError(TurnError, RuntimeError):
+    """A turn is already running on this session; nothing was changed."""
+
+    code = "turn-in-progress"
+
+
+class TurnNotDurableError(TurnError):
+    """The previous turn is not durable, so the next one may not start.
+
+    Its events stay in memory, in order; a later flush may still land them.
+    """
+
+    code = "turn-not-durable"
+
+
+class ModelError(TurnError):
+    """The model could not produce a reply (a provider error, a finished script).
+
+    The loop ends the turn with status `failed` and this error's message.
+    """
+
+    code = "model"
+
+
+class ToolError(TurnkeepError):
+    """A tool refused its input or failed in a way the loop reports."""
+
+    code = "tool"
+
+
+class ContextMismatchError(TurnError):
+    """A resume was given another run context than the session recorded.
+
+    Nothing was appended and the session was let go. Resume with the
+    recorded context, or with `context="override"` to run with the new one
+    (the change is recorded before the next model call).
+
+    Attributes:
+        session_id: the session.
+        differences: one line per difference (`what: recorded ..., given ...`).
+    """
+
+    code = "context-mismatch"
+
+    def __init__(self, session_id: str, differences: Sequence[str]) -> None:
+        self.session_id = session_id
+        self.differences = tuple(differences)
+        lines = "\n".join(f"  - {d}" for d in self.differences)
+        super().__init__(
+            f"session {session_id!r} was run with another context than the one "
+            f"given; nothing was changed. Differences:\n{lines}\n"
+            'Pass the recorded context, or context="override" to accept the new one.'
+        )
