@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpx
@@ -87,7 +87,10 @@ def killed_in_turn(store: Store, session_id: str) -> None:
                 pipe.close()
 
 
-Serve = Callable[[Store], str]
+class Serve(Protocol):
+    """Starts the service over a store (with a token if given); its URL."""
+
+    def __call__(self, store: Store, *, token: str | None = None) -> str: ...
 
 
 def free_port() -> int:
@@ -101,9 +104,11 @@ def serve_process() -> Iterator[Serve]:
     """Start `turnkeep --store SPEC serve` on a free port; yields its URL."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(store: Store) -> str:
+    def start(store: Store, *, token: str | None = None) -> str:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TURNKEEP_")}
+        if token is not None:
+            env["TURNKEEP_SERVE__TOKEN"] = token
         proc = subprocess.Popen(
             [str(SCRIPT), "--store", store.spec, "serve", "--port", str(port)],
             env=env,
@@ -118,7 +123,7 @@ def serve_process() -> Iterator[Serve]:
                 assert proc.stderr is not None
                 raise AssertionError(proc.stderr.read().decode())
             try:
-                httpx.get(f"{url}/sessions", timeout=1)
+                httpx.get(f"{url}/login", timeout=1)
                 return url
             except httpx.TransportError:
                 time.sleep(0.1)

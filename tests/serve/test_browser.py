@@ -3,9 +3,11 @@
 The service runs as its own process in front of a SQLite store; another
 process writes a session while the page follows it. Every request the page
 makes is intercepted: anything not for the service on 127.0.0.1 is aborted
-and fails the test. Screenshots of the list and of a transcript go to the
-directory `TURNKEEP_SCREENSHOTS` names (`make screenshots` refreshes
-docs/images/ that way), else to the test's temporary directory.
+and fails the test. The cancel button is driven against a turn running in
+another process (`tests/cli/_slow_turn.py`). Screenshots of the list and
+of a transcript go to the directory `TURNKEEP_SCREENSHOTS` names (`make
+screenshots` refreshes docs/images/ that way), else to the test's
+temporary directory.
 """
 
 from __future__ import annotations
@@ -15,18 +17,32 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import msgspec
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    Dialog,
+    Page,
+    Request,
+    Route,
+    expect,
+    sync_playwright,
+)
 from tests.cli.support import Store, converse
+from tests.cli.test_cancel import SLOW_TURN
 from tests.serve.conftest import Serve, killed_in_turn
+
+from turnkeep.cancelrequest import cancel_requests
 
 CHROMIUM = Path("/usr/bin/chromium")
 WRITER = Path(__file__).parent / "_writer.py"
 SHOTS = os.environ.get("TURNKEEP_SCREENSHOTS")  # read before the fixtures clear it
+
+TOKEN = "s3cret-token"  # noqa: S105 - a test token
 
 pytestmark = pytest.mark.slow
 
@@ -169,4 +185,122 @@ def test_the_page_lists_shows_and_follows_sessions(
     page.reload()
     expect(page.locator("#transcript .call")).to_have_count(live_html)
 
+    assert outside == []
+
+
+@pytest.fixture
+def slow_turn(sqlite_store: Store) -> Iterator[subprocess.Popen[bytes]]:
+    """Session `busy`: its second turn sits in a slow tool in another process."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(SLOW_TURN),
+            sqlite_store.name,
+            msgspec.json.encode(sqlite_store.options()).decode(),
+            "busy",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"in tool\n", "the turn did not start"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def requested(store: Store) -> int | None:
+    """The number of `busy`'s latest cancel request, read in a thread of its
+    own (Playwright's sync API keeps an event loop in this one)."""
+
+    async def read() -> int | None:
+        async with store.host() as host:
+            probe = cancel_requests(host.require_persistence())
+            found = await probe.cancel_requested("busy", 0)
+            return None if found is None else found.number
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, read()).result(timeout=60)
+
+
+@pytest.mark.timeout(120)
+def test_the_cancel_button_asks_first_and_ends_the_turn(
+    sqlite_store: Store,
+    serve_process: Serve,
+    browser: Browser,
+    slow_turn: subprocess.Popen[bytes],
+) -> None:
+    base = serve_process(sqlite_store, token=TOKEN)
+    outside: list[str] = []
+    page = guarded_page(browser, base, outside)
+    posts: list[Request] = []
+
+    def seen(request: Request) -> None:
+        if request.method == "POST" and request.url.endswith("/cancel"):
+            posts.append(request)
+
+    page.on("request", seen)
+
+    # Signed in through the form, the transcript has the button.
+    page.goto(f"{base}/view/busy")
+    expect(page).to_have_url(f"{base}/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("form.login button")
+    expect(page).to_have_url(f"{base}/")
+    page.goto(f"{base}/view/busy")
+    expect(page.locator("#follow-state")).to_contain_text("following")
+    button = page.locator("#cancel")
+    result = page.locator("#cancel-result")
+
+    # Dismissed: nothing is sent, nothing recorded, the turn runs on.
+    asked: list[str] = []
+
+    def dismiss(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismiss)
+    button.click()
+    expect(result).to_have_attribute("data-outcome", "dismissed")
+    assert asked == ["Cancel the turn running in session busy?"]
+    assert posts == []
+    assert requested(sqlite_store) is None
+    assert slow_turn.poll() is None
+
+    # A page whose anti-forgery token is wrong is refused, nothing recorded.
+    page.evaluate(
+        "document.querySelector('meta[name=\"turnkeep-csrf\"]').content = 'f00'"
+    )
+    page.once("dialog", lambda dialog: dialog.accept())
+    button.click()
+    expect(result).to_have_attribute("data-outcome", "refused")
+    expect(result).to_contain_text("X-Turnkeep-CSRF")
+    assert len(posts) == 1
+    assert requested(sqlite_store) is None
+    assert slow_turn.poll() is None
+    page.reload()
+    expect(page.locator("#follow-state")).to_contain_text("following")
+    posts.clear()
+
+    # Accepted: the request carries the page's token and the turn ends.
+    page.once("dialog", lambda dialog: dialog.accept())
+    button.click()
+    expect(result).to_have_text("the turn ended: cancelled", timeout=30_000)
+    assert len(posts) == 1
+    assert posts[0].headers.get("x-turnkeep-csrf")
+    assert posts[0].post_data_json == {"confirm": True}
+    assert slow_turn.stdout is not None
+    assert slow_turn.stdout.readline() == b"turn ended cancelled\n"
+    assert requested(sqlite_store) == 1
+    expect(page.locator(".turn-end").last).to_contain_text("cancelled")
+
+    # Again, with no turn running: the page says so.
+    page.once("dialog", lambda dialog: dialog.accept())
+    button.click()
+    expect(result).to_have_attribute("data-outcome", "no-running-turn", timeout=15_000)
+    expect(result).to_contain_text("no running turn")
     assert outside == []

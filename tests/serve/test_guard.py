@@ -44,7 +44,7 @@ async def test_reads_need_the_token_unless_open(
 
 
 @pytest.mark.asyncio
-async def test_the_page_signs_in_with_a_cookie_that_writes_refuse(
+async def test_the_page_signs_in_with_a_cookie_that_writes_refuse_alone(
     sqlite_store: Store, served: Served
 ) -> None:
     await converse(sqlite_store, "s-one", prompts=("hi",))
@@ -58,8 +58,12 @@ async def test_the_page_signs_in_with_a_cookie_that_writes_refuse(
         assert "samesite=strict" in good.headers["set-cookie"].lower()
         assert (await client.get("/sessions")).status_code == 200
         assert (await client.get("/")).status_code == 200
-        # A cookie never authorises a write (no cross-site writes through it).
-        assert (await client.post("/recover")).status_code == 401
+        # The cookie alone never authorises a write (no cross-site writes
+        # through it); the page's anti-forgery header must come with it
+        # (tests/serve/test_csrf.py).
+        alone = await client.post("/recover")
+        assert alone.status_code == 403
+        assert alone.json()["code"] == "csrf-mismatch"
 
 
 @pytest.mark.asyncio

@@ -4,10 +4,15 @@ With a token configured, writes (`POST`) need `Authorization: Bearer
 <token>`, and reads need it too unless the service runs with open reads.
 The web page cannot set headers on its requests, so reads also accept the
 token from the `turnkeep_token` cookie that `POST /login` sets (HttpOnly,
-SameSite=Strict); writes never do, so no other site can make a browser
-write through its cookie. Tokens are compared in constant time
-(`hmac.compare_digest`). Without a token, writes are refused and reads are
-open (the service then binds loopback only, see `turnkeep.serve.run`).
+SameSite=Strict). A write accepts the cookie only together with the
+anti-forgery header `X-Turnkeep-CSRF`: an HMAC of the cookie's value
+under a secret this process drew at start, which the server embeds in the
+pages it renders for a signed-in reader. Another site can make a browser
+send the cookie but cannot read the page, so it cannot send the header;
+a cookie write without it (or with a wrong one) is `403 csrf-mismatch`.
+Tokens are compared in constant time (`hmac.compare_digest`). Without a
+token, writes are refused and reads are open (the service then binds
+loopback only, see `turnkeep.serve.run`).
 
 Budgets are per client: the token when one was given, otherwise the
 client's address. Each client has a token bucket of requests (a sustained
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import Callable
 from typing import Final
@@ -28,10 +34,13 @@ from starlette.requests import Request
 
 from turnkeep.serve.problems import Problem
 
-__all__ = ["COOKIE", "Budgets", "Guard"]
+__all__ = ["COOKIE", "CSRF_HEADER", "Budgets", "Guard"]
 
 COOKIE: Final = "turnkeep_token"
 """The cookie that carries the token for the web page's reads."""
+
+CSRF_HEADER: Final = "X-Turnkeep-CSRF"
+"""The header a cookie-carried write must add: the page's anti-forgery token."""
 
 _PRUNE_AT: Final = 4096
 """Buckets kept before the full (idle) ones are forgotten."""
@@ -104,13 +113,17 @@ class Guard:
     token: str | None
     open_reads: bool
     budgets: Budgets
+    _secret: bytes = attrs.field(
+        init=False, factory=lambda: secrets.token_bytes(32), repr=False
+    )
 
     def check(self, request: Request, *, write: bool) -> str:
         """Admit `request` or raise; returns the client key its budgets use.
 
         Raises:
             Problem: 401 (no or wrong token), 403 (writes without a
-                configured token), 429 (request budget spent).
+                configured token; a cookie write without the right
+                anti-forgery header), 429 (request budget spent).
         """
         authed = self._authenticated(request, write=write)
         if write and self.token is None:
@@ -152,6 +165,16 @@ class Guard:
             return False
         return hmac.compare_digest(presented.encode(), self.token.encode())
 
+    def csrf_token(self, request: Request) -> str | None:
+        """The anti-forgery token for a reader signed in by cookie, else `None`."""
+        cookie = request.cookies.get(COOKIE)
+        if cookie is None or not self.accepts(cookie):
+            return None
+        return self._csrf_of(cookie)
+
+    def _csrf_of(self, cookie: str) -> str:
+        return hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
+
     def _authenticated(self, request: Request, *, write: bool) -> bool:
         if self.token is None:
             return False  # nothing to check against: reads open, writes refused
@@ -167,4 +190,16 @@ class Guard:
                 )
             return True
         cookie = request.cookies.get(COOKIE)
-        return not write and cookie is not None and self.accepts(cookie)
+        if cookie is None or not self.accepts(cookie):
+            return False
+        if not write:
+            return True
+        presented = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(presented.encode(), self._csrf_of(cookie).encode()):
+            raise Problem(
+                403,
+                "csrf-mismatch",
+                f"a write signed in by cookie needs the page's {CSRF_HEADER} "
+                "header; reload the page and try again",
+            )
+        return True

@@ -8,7 +8,10 @@ filters), so it works without the script; the script follows a session
 live (`page.js`, over `GET /sessions/{id}/stream`). A browser cannot put
 the bearer token on those requests, so with a token configured and reads
 not open the pages ask for it once (`/login`) and keep it in an HttpOnly
-cookie that reads accept and writes do not.
+cookie that reads accept. For a reader signed in that way the transcript
+carries the anti-forgery token in a `<meta name="turnkeep-csrf">` and a
+cancel button; the script sends the token as `X-Turnkeep-CSRF`, the only
+way a write accepts the cookie (`turnkeep.serve.guard`).
 """
 
 from __future__ import annotations
@@ -61,10 +64,16 @@ def _time(ms: int) -> str:
     )
 
 
-def _document(title: str, body: str, *, status: int = 200) -> HTMLResponse:
+def _document(
+    title: str, body: str, *, status: int = 200, csrf: str | None = None
+) -> HTMLResponse:
+    token = (
+        "" if csrf is None else f'<meta name="turnkeep-csrf" content="{escape(csrf)}">'
+    )
     html = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"{token}"
         f"<title>{escape(title)} · turnkeep</title>"
         '<link rel="stylesheet" href="/static/page.css">'
         '<script src="/static/page.js" defer></script></head><body>'
@@ -147,6 +156,14 @@ class Pages:
         transcript = render_events(events, [len(r) for r in loaded.events], live=live)
         summary = meta.summary
         title = summary.title or summary.first_prompt or meta.id
+        csrf = self.api.guard.csrf_token(request)
+        cancel = (
+            ""
+            if csrf is None
+            else '<p class="cancel"><button type="button" id="cancel">'
+            "Cancel the running turn</button> "
+            '<span id="cancel-result" role="status"></span></p>'
+        )
         body = (
             f"<h1>{escape(title)}</h1>"
             '<dl class="meta">'
@@ -158,10 +175,11 @@ class Pages:
             f"<dt>updated</dt><dd>{_time(summary.updated_at)}</dd></dl>"
             '<p class="follow"><label><input type="checkbox" id="follow" checked> '
             'follow live</label> <span id="follow-state"></span></p>'
+            f"{cancel}"
             f'<div id="transcript" data-session="{escape(meta.id)}" '
             f'data-last-seq="{len(loaded.events) - 1}">{transcript}</div>'
         )
-        return _document(title, body)
+        return _document(title, body, csrf=csrf)
 
     async def static_file(self, request: Request) -> Response:
         """`GET /static/{name}`: the shipped script or stylesheet."""

@@ -6,6 +6,11 @@
 // the last seq the page was rendered with; when the stream drops (a slow
 // client, a restart), EventSource reconnects with Last-Event-ID, so no
 // event is shown twice or skipped. Stored text is set as text, never HTML.
+//
+// For a signed-in reader the page also has a cancel button: after the user
+// accepts a confirmation it posts {"confirm": true} to
+// /sessions/{id}/cancel with the page's anti-forgery token (the
+// turnkeep-csrf meta tag) in X-Turnkeep-CSRF; dismissed, it sends nothing.
 "use strict";
 
 (function () {
@@ -19,6 +24,12 @@
   let lastSeq = Number(root.dataset.lastSeq);
   let source = null;
   let turn = null; // usage of the turn being followed
+  // While a cancel is asked: whether it was recorded, and how a turn that
+  // ended meanwhile ended (the stream can beat the reply).
+  let cancel = null;
+  const cancelButton = document.getElementById("cancel");
+  const cancelResult = document.getElementById("cancel-result");
+  const csrf = document.querySelector('meta[name="turnkeep-csrf"]');
   const encoder = new TextEncoder();
 
   function el(tag, className, text) {
@@ -135,6 +146,11 @@
       }
       container().append(end);
       turn = null;
+      if (cancel && cancel.recorded) {
+        showEnded(data.status);
+      } else if (cancel) {
+        cancel.ended = data.status;
+      }
     } else if (event.type !== "turn/checkpoint") {
       const other = el("div", "other", event.type + " (seq " + event.seq + ")");
       other.dataset.seq = String(event.seq);
@@ -165,6 +181,72 @@
     source.onerror = function () {
       state.textContent = "reconnecting";
     };
+  }
+
+  function showEnded(status) {
+    cancel = null;
+    cancelResult.textContent = "the turn ended: " + status;
+    cancelResult.dataset.outcome = "ended";
+  }
+
+  async function cancelTurn() {
+    if (!window.confirm("Cancel the turn running in session " + sessionId + "?")) {
+      cancelResult.textContent = "not cancelled; nothing was sent";
+      cancelResult.dataset.outcome = "dismissed";
+      return;
+    }
+    cancelButton.disabled = true;
+    cancel = { recorded: false, ended: null };
+    cancelResult.textContent = "asking";
+    cancelResult.dataset.outcome = "asking";
+    try {
+      const reply = await fetch("/sessions/" + encodeURIComponent(sessionId) + "/cancel", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: {
+          "Content-Type": "application/json",
+          "X-Turnkeep-CSRF": csrf ? csrf.content : "",
+        },
+        body: JSON.stringify({ confirm: true }),
+      });
+      let detail = "";
+      try {
+        detail = (await reply.json()).message || "";
+      } catch (error) {
+        detail = reply.statusText;
+      }
+      if (reply.status === 202) {
+        if (cancel.ended !== null) {
+          showEnded(cancel.ended);
+          return;
+        }
+        cancel.recorded = true;
+        cancelResult.textContent = "cancel requested; waiting for the turn to end";
+        cancelResult.dataset.outcome = "requested";
+        return;
+      }
+      cancel = null;
+      if (reply.status === 409) {
+        cancelResult.textContent = "no running turn; nothing was requested";
+        cancelResult.dataset.outcome = "no-running-turn";
+      } else if (reply.status === 401 || reply.status === 403) {
+        cancelResult.textContent = "refused: " + detail;
+        cancelResult.dataset.outcome = "refused";
+      } else {
+        cancelResult.textContent = "failed (" + reply.status + "): " + detail;
+        cancelResult.dataset.outcome = "failed";
+      }
+    } catch (error) {
+      cancel = null;
+      cancelResult.textContent = "failed: the service did not answer";
+      cancelResult.dataset.outcome = "failed";
+    } finally {
+      cancelButton.disabled = false;
+    }
+  }
+
+  if (cancelButton && cancelResult) {
+    cancelButton.addEventListener("click", cancelTurn);
   }
 
   toggle.addEventListener("change", function () {
