@@ -54,9 +54,10 @@ from turnkeep.agent.turns import (
     TurnResult,
     call_id_for,
     name_session,
+    uncancel,
 )
 from turnkeep.agent.usage import UsageMeter
-from turnkeep.agent.watchdog import Watch
+from turnkeep.agent.watchdog import Guard, TimedOut, Watch
 from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
 from turnkeep.events import (
     AssistantMessageData,
@@ -109,6 +110,9 @@ class TurnRunner:
     plan: ContextPlan
     meter: UsageMeter
     watch: Watch = attrs.field(factory=Watch)
+    guard: Guard = attrs.field(
+        init=False, default=attrs.Factory(lambda r: Guard(r.watch.stall_seconds), True)
+    )
 
     @property
     def session(self) -> Session:
@@ -203,12 +207,14 @@ class TurnRunner:
         except asyncio.CancelledError:
             if not self.running.cancel_requested:
                 raise  # not ours (e.g. the event loop shuts down): like a crash
-            _uncancel()
+            uncancel()
             status, error = "cancelled", "cancelled by the caller"
         except _NotDurable as exc:
             status, error = "failed", str(exc)
         except BudgetExhausted as exc:
             status, error = "budget_exhausted", str(exc)
+        except TimedOut as exc:
+            status, error = "timed_out", str(exc)
         except (ModelError, EventRejectedError) as exc:
             status, error = "failed", str(exc)
         except Exception as exc:
@@ -226,6 +232,7 @@ class TurnRunner:
         self._record_context()
         budget = self.budget
         budget.start()
+        self.guard.arm(budget.limits.deadline)
         while True:
             self._check_cancel()
             budget.before_model_call()
@@ -298,19 +305,23 @@ class TurnRunner:
         except Exception as exc:
             raise ModelError(f"the model failed: {type(exc).__name__}: {exc}") from exc
         try:
-            async for item in stream:
-                if isinstance(item, TextDelta):
-                    await reply.add(item.text)
-                elif isinstance(item, ModelToolCall):
-                    calls.append(item)
-                elif isinstance(item, Usage):  # pyright: ignore[reportUnnecessaryIsInstance]
-                    usage = item
-                else:
-                    raise ModelError(
-                        f"the model streamed a {type(item).__name__}; expected "
-                        "TextDelta, ModelToolCall or Usage"
-                    )
-        except (ModelError, EventRejectedError, _Cancelled, asyncio.CancelledError):
+            async with self.guard.watching("the model call"):
+                async for item in stream:
+                    if isinstance(item, TextDelta):
+                        await reply.add(item.text)
+                    elif isinstance(item, ModelToolCall):
+                        calls.append(item)
+                    elif isinstance(item, Usage):  # pyright: ignore[reportUnnecessaryIsInstance]
+                        usage = item
+                    else:
+                        raise ModelError(
+                            f"the model streamed a {type(item).__name__}; "
+                            "expected TextDelta, ModelToolCall or Usage"
+                        )
+        except (ModelError, EventRejectedError, _Cancelled, TimedOut):
+            reply.cut_off()
+            raise
+        except asyncio.CancelledError:
             reply.cut_off()
             raise
         except Exception as exc:
@@ -408,13 +419,14 @@ class TurnRunner:
         try:
             # A copy: a tool that mutates its arguments must not change the
             # logged call under the log's feet.
-            output = await tool.run(copy.deepcopy(data.arguments), context)
+            async with self.guard.watching(f"the tool {data.name!r}"):
+                output = await tool.run(copy.deepcopy(data.arguments), context)
             if not isinstance(output, str):  # pyright: ignore[reportUnnecessaryIsInstance]
                 output = f"the tool returned {type(output).__name__}, not text"
                 status = "error"
         except ToolError as exc:
             output, status = str(exc) or type(exc).__name__, "error"
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, TimedOut):
             self.running.phase = "between"
             unsafe = data.replay != "safe"
             self._result(
@@ -463,6 +475,7 @@ class TurnRunner:
         # The payload names its event type; `kind` only types the result.
         event = cast(E, self.session.append(data))
         self.meter.appended(event)
+        self.guard.activity()
         for sink in self.running.sinks:
             sink(event)
         return event
@@ -484,9 +497,3 @@ class TurnRunner:
                     status="error",
                 ),
             )
-
-
-def _uncancel() -> None:
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()

@@ -40,6 +40,7 @@ __all__ = [
     "call_id_for",
     "name_session",
     "request_cancel",
+    "uncancel",
     "wait_outcome",
 ]
 
@@ -169,6 +170,13 @@ class Outcome:
 
     result: TurnResult | None = None
     report: RecoveryReport | None = None
+
+
+def uncancel() -> None:
+    """Take back the cancellation the current task received (it was handled)."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 def request_cancel(running: Running) -> None:
