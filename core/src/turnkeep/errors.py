@@ -22,6 +22,7 @@ from turnkeep.turnerrors import (
 )
 
 __all__ = [
+    "CancelUnsupportedError",
     "ConfigurationError",
     "ContextMismatchError",
     "EventDecodeError",
@@ -294,6 +295,12 @@ class StorageError(PersistenceError, OSError):
     """
 
     code = "storage"
+
+
+class CancelUnsupportedError(PersistenceError):
+    """The backend cannot record a cancel request for another process."""
+
+    code = "cancel-unsupported"
 
 
 class SequenceError(PersistenceError, ValueError):

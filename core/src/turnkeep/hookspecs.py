@@ -12,7 +12,7 @@ keeps the two in step.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from turnkeep.events import SessionEvent
     from turnkeep.session import Session
     from turnkeep.store import SessionStore
+    from turnkeep.transcripts import TranscriptEntry
 
 __all__ = [
     "PROJECT_NAME",
@@ -379,6 +380,33 @@ def register_event_types(register: RegisterEventType) -> None:
         refuse a log containing it unless the type is ignorable.
 
     Added in: 0.1.
+    """
+
+
+@hookspec(firstresult=True)
+def render_transcript(
+    events: Sequence[SessionEvent],
+) -> Sequence[TranscriptEntry] | None:
+    """Say what history a stored log means, for `turnkeep show`.
+
+    Called:
+        By `turnkeep show` with a session's decoded log, before it renders
+        the loop's vocabulary itself.
+
+    Calling convention:
+        Synchronous; the first implementation that returns a list wins.
+
+    Args:
+        events: the session's decoded log, in seq order.
+
+    Returns:
+        The history as `TranscriptEntry`s (oldest first), or `None` when the
+        log is not of this plugin's types.
+
+    Contract:
+        Read only; answer `None` for a log the plugin does not own.
+
+    Added in: 0.2.
     """
 
 

@@ -10,6 +10,7 @@ import click
 
 from turnkeep.cli import (
     backup,
+    cancel,
     checks,
     conformance,
     dev,
@@ -49,6 +50,7 @@ def cli(ctx: click.Context) -> None:
 
 for _module in (
     sessions,
+    cancel,
     retention,
     view,
     checks,
