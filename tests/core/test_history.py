@@ -1,7 +1,9 @@
 """The incremental history equals a whole-log derivation after any sequence of events.
 
 Operations mix appends of every vocabulary event (calls and results in any
-order, repeated call ids, orphan and duplicate results), reads of the history
+order, repeated call ids, orphan and duplicate results, partial replies),
+whole turns a cancel, failure or timeout cut off while the model streamed
+(chunks, the partial reply, the turn's end), reads of the history
 after one or several appends, trims (a rejected flush drops its events),
 reloads (the same log as fresh objects, as after a resume) and forks (a new
 session from a prefix). After every read the incremental messages must encode
@@ -20,7 +22,12 @@ from hypothesis import given, settings, strategies as st
 from turnkeep import Host, SessionEvent, derive_messages
 from turnkeep.agent import encode_messages
 from turnkeep.agent.history import History, history_of
-from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT, HistoryToolCall, Message
+from turnkeep.agent.messages import (
+    INTERRUPTED_TOOL_OUTPUT,
+    PARTIAL_REPLY_NOTE,
+    HistoryToolCall,
+    Message,
+)
 from turnkeep.codec import EventCodec
 from turnkeep.events import (
     AssistantChunk,
@@ -35,6 +42,7 @@ from turnkeep.events import (
     TurnEndData,
     TurnStart,
     TurnStartData,
+    TurnStatus,
     UserMessage,
     UserMessageData,
 )
@@ -61,7 +69,12 @@ payloads = st.one_of(
     _result,
     st.builds(lambda t: (UserMessage, UserMessageData(text=t)), st.text(max_size=3)),
     st.builds(
-        lambda t: (AssistantMessage, AssistantMessageData(text=t)), st.text(max_size=3)
+        lambda t, partial: (
+            AssistantMessage,
+            AssistantMessageData(text=t, partial=partial),
+        ),
+        st.text(max_size=3),
+        st.booleans(),
     ),
     st.builds(
         lambda t: (AssistantChunk, AssistantChunkData(text=t)), st.text(min_size=1)
@@ -73,12 +86,35 @@ payloads = st.one_of(
     ),
 )
 
-# Each step appends one event, then (sometimes) trims, reloads or forks; the
-# history is read after every step.
+
+@st.composite
+def _cut_off_turn(draw: st.DrawFn) -> list[tuple[type[SessionEvent], Any]]:
+    """A turn whose model call was cut off while it streamed, as the loop logs it."""
+    turn = draw(st.integers(1, 3))
+    chunks = draw(st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=3))
+    status: TurnStatus = draw(st.sampled_from(["cancelled", "failed", "timed_out"]))
+    events: list[tuple[type[SessionEvent], Any]] = [
+        (TurnStart, TurnStartData(turn=turn)),
+        (UserMessage, UserMessageData(text=draw(st.text(max_size=3)))),
+    ]
+    events += [(AssistantChunk, AssistantChunkData(text=c)) for c in chunks]
+    events.append(
+        (AssistantMessage, AssistantMessageData(text="".join(chunks), partial=True))
+    )
+    events.append((TurnEnd, TurnEndData(turn=turn, status=status, error="cut")))
+    return events
+
+
+batches = st.one_of(
+    payloads.map(lambda p: [p]), payloads.map(lambda p: [p]), _cut_off_turn()
+)
+
+# Each step appends one event (or a cut-off turn's events), then (sometimes)
+# trims, reloads or forks; the history is read after every step.
 ACTIONS = ("append",) * 6 + ("trim", "reload", "fork")
 operations = st.lists(
     st.tuples(
-        payloads,
+        batches,
         st.sampled_from(ACTIONS),
         st.integers(1, 4),
     ),
@@ -102,11 +138,12 @@ def reference_messages(log: Sequence[SessionEvent]) -> list[Message]:
     # Tool calls of the open assistant message, flushed (with their results)
     # when the next non-call event arrives.
     open_text: str | None = None
+    open_partial = False
     open_calls: list[ToolCall] = []
     answered: set[str] = set()
 
     def close() -> None:
-        nonlocal open_text
+        nonlocal open_text, open_partial
         if open_text is None:
             return
         requests = tuple(
@@ -116,7 +153,12 @@ def reference_messages(log: Sequence[SessionEvent]) -> list[Message]:
             for c in open_calls
         )
         messages.append(
-            Message(role="assistant", content=open_text, tool_calls=requests)
+            Message(
+                role="assistant",
+                content=open_text,
+                tool_calls=requests,
+                partial=open_partial,
+            )
         )
         for call in open_calls:
             messages.append(
@@ -128,11 +170,13 @@ def reference_messages(log: Sequence[SessionEvent]) -> list[Message]:
     for event in log:
         if isinstance(event, ToolCall):
             if open_text is None:
-                open_text = ""
+                open_text, open_partial = "", False
             open_calls.append(event)
         elif isinstance(event, AssistantMessage):
             close()
-            open_text = event.data.text
+            open_text, open_partial = event.data.text, event.data.partial
+            if open_partial:  # the model is told that this reply was cut off
+                open_text = "\n\n".join(t for t in (open_text, PARTIAL_REPLY_NOTE) if t)
         elif isinstance(event, UserMessage):
             close()
             messages.append(
@@ -189,12 +233,13 @@ class _Follower:
 @settings(max_examples=300, deadline=None)
 @given(operations)
 def test_incremental_history_equals_a_whole_log_derivation(
-    ops: list[tuple[tuple[type[SessionEvent], Any], str, int]],
+    ops: list[tuple[list[tuple[type[SessionEvent], Any]], str, int]],
 ) -> None:
     log: list[SessionEvent] = []
     follower = _Follower()
-    for (kind, data), action, n in ops:
-        log.append(kind(seq=len(log), time=len(log), data=data))
+    for batch, action, n in ops:
+        for kind, data in batch:
+            log.append(kind(seq=len(log), time=len(log), data=data))
         if action == "trim":  # a rejected flush drops its events
             del log[max(0, len(log) - n) :]
         elif action == "reload":  # resumed: the same log as new objects

@@ -8,7 +8,7 @@ deadline). Each ends the turn before the call that would exceed it.
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,7 +110,11 @@ def test_invalid_budgets_are_refused(
 
 
 class _Slow:
-    """A safe tool that takes `seconds`."""
+    """A safe tool that takes `seconds`, blocking (no await to cancel it at).
+
+    So the deadline, enforced while a tool waits (`tests/loop/test_watchdog.py`),
+    cannot cut it short, and is met at the next call boundary instead.
+    """
 
     name = "slow"
     description = "waits"
@@ -123,7 +127,7 @@ class _Slow:
 
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         self.runs += 1
-        await asyncio.sleep(self.seconds)
+        time.sleep(self.seconds)  # noqa: ASYNC251 - blocking on purpose (see above)
         return "waited"
 
 

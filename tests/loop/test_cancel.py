@@ -30,6 +30,7 @@ from turnkeep.agent.turns import (
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
+    AssistantMessageData,
     ModelInfo,
     ToolCall,
     ToolResult,
@@ -83,8 +84,10 @@ async def test_cancel_while_the_model_streams(host: Host) -> None:
         "user/message",
         "run/context",
         "assistant/chunk",  # what was streamed stays in the log
+        "assistant/message",  # ... and in the history, as a partial reply
         "turn/end",
     ]
+    assert events[4].data == AssistantMessageData(text="thinking ", partial=True)
     assert last_end(host, sid).data.status == "cancelled"
     assert await stored_events(host, sid) == events
     assert not loop.running()
@@ -208,7 +211,11 @@ async def test_a_streamed_turn_can_be_cancelled(host: Host) -> None:
     assert isinstance(seen[-1], TurnEnd)
     assert seen[-1].data.status == "cancelled"
     assert (await stream.result()).status == "cancelled"
-    assert not any(isinstance(e, AssistantMessage) for e in seen)
+    # The only reply is the partial one the cancel cut off.
+    replies = [e for e in seen if isinstance(e, AssistantMessage)]
+    assert [r.data for r in replies] == [
+        AssistantMessageData(text="thinking ", partial=True)
+    ]
 
 
 @pytest.mark.asyncio

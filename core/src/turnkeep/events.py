@@ -196,10 +196,12 @@ ReplayPolicy: TypeAlias = Literal["safe", "unsafe"]
 """Whether a tool may be re-run after a crash (`safe`) or never (`unsafe`)."""
 
 TurnStatus: TypeAlias = Literal[
-    "completed", "failed", "cancelled", "interrupted", "budget_exhausted"
+    "completed", "failed", "cancelled", "interrupted", "budget_exhausted", "timed_out"
 ]
 """How a turn ended; `budget_exhausted` (format version 2) when a step, token
-or time budget would have been exceeded by the next model or tool call."""
+or time budget would have been exceeded by the next model or tool call;
+`timed_out` (format version 2) when the turn's deadline passed, or nothing
+happened for the stall limit, while a model call or tool ran."""
 ToolResultStatus: TypeAlias = Literal["ok", "error", "interrupted"]
 
 
@@ -236,10 +238,20 @@ class AssistantChunkData(_Payload, frozen=True, kw_only=True, gc=False):
     text: str
 
 
-class AssistantMessageData(_Payload, frozen=True, kw_only=True, gc=False):
-    """Payload of `assistant/message`: the assembled reply of one model call."""
+class AssistantMessageData(
+    _Payload, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
+    """Payload of `assistant/message`: the assembled reply of one model call.
+
+    Attributes:
+        text: the reply's text.
+        partial: the call was cut off (cancelled, failed, timed out, or the
+            process stopped) and `text` is what it streamed until then
+            (format version 2; encoded only when true).
+    """
 
     text: str
+    partial: bool = False
 
 
 class ToolCallData(_Payload, frozen=True, kw_only=True, gc=False):

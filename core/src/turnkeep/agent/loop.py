@@ -52,8 +52,10 @@ from turnkeep.agent.turns import (
     Running,
     TurnResult,
     request_cancel,
+    wait_outcome,
 )
 from turnkeep.agent.usage import UsageMeter
+from turnkeep.agent.watchdog import Watch
 from turnkeep.errors import TurnInProgressError
 from turnkeep.events import RunContextData, SessionEvent
 from turnkeep.host import Host
@@ -85,6 +87,7 @@ class AgentLoop:
         recovery: what `resume` found and did (else `None`).
         on_event: called with every event a turn or recovery of this loop
             appends, as it is appended (for progress output).
+        watch: how a running turn is watched (`turnkeep.agent.watchdog`).
     """
 
     agent_id: str
@@ -99,6 +102,7 @@ class AgentLoop:
     deadline: float | None = None
     recovery: RecoveryReport | None = None
     on_event: Callable[[SessionEvent], None] | None = None
+    watch: Watch = attrs.field(factory=Watch)
     _plan: ContextPlan = attrs.field(init=False, factory=ContextPlan, repr=False)
     _running: dict[str, Running] = attrs.field(
         init=False, factory=dict[str, Running], repr=False
@@ -124,6 +128,7 @@ class AgentLoop:
         max_tokens: int | None = None,
         deadline: float | None = None,
         on_event: Callable[[SessionEvent], None] | None = None,
+        watch: Watch | None = None,
     ) -> AgentLoop:
         """Create a loop with a new live session (synchronous).
 
@@ -139,6 +144,7 @@ class AgentLoop:
                 declare its `max_tokens` setting; `turnkeep.agent.budgets`).
             deadline: seconds a turn may run before no further call starts.
             on_event: called with every event the loop's turns append.
+            watch: how a running turn is watched (default: not at all).
 
         Raises:
             ConfigurationError: the agent id, model, tools or budgets are
@@ -149,6 +155,7 @@ class AgentLoop:
         loop = cls(agent_id, host, model, indexed, "", on_event=on_event)
         loop.instructions, loop.max_steps = instructions, max_steps
         loop.max_tokens, loop.deadline = max_tokens, deadline
+        loop.watch = watch or Watch()
         loop.current_context()  # checks the budgets before a session exists
         loop.session_id = host.sessions.create(session_id).id
         return loop
@@ -170,6 +177,7 @@ class AgentLoop:
         deadline: float | Recorded | None = RECORDED,
         context: ContextMode = "check",
         on_event: Callable[[SessionEvent], None] | None = None,
+        watch: Watch | None = None,
     ) -> AgentLoop:
         """Load a stored session, recover it, and return a loop driving it.
 
@@ -198,6 +206,7 @@ class AgentLoop:
                 before the next model call.
             on_event: called with every event the loop appends, recovery's
                 included.
+            watch: as `create` (it also watches recovery).
 
         Raises:
             ContextMismatchError: the context differs and `context` is
@@ -215,6 +224,7 @@ class AgentLoop:
         loop = await cls._adopt(
             session, agent_id, host, model, tools, on_event, given, context
         )
+        loop.watch = watch or Watch()
         loop.resumed_from = session_id
         loop.recovery = await loop.recover(continue_turn=continue_turn)
         return loop
@@ -236,6 +246,7 @@ class AgentLoop:
         deadline: float | Recorded | None = RECORDED,
         context: ContextMode = "check",
         on_event: Callable[[SessionEvent], None] | None = None,
+        watch: Watch | None = None,
     ) -> AgentLoop:
         """Continue session `session_id` if it is stored, else start it.
 
@@ -256,6 +267,7 @@ class AgentLoop:
         loop = await cls._adopt(
             session, agent_id, host, model, tools, on_event, given, context
         )
+        loop.watch = watch or Watch()
         if session.origin == "resumed":
             loop.resumed_from = session.id
             loop.recovery = await loop.recover(continue_turn=continue_turn)
@@ -325,7 +337,7 @@ class AgentLoop:
         """
         session_id, text = session_and_text("run_turn", args, self.session_id)
         running = self._start(session_id, NewTurn(text))
-        outcome = await self._wait(running)
+        outcome = await wait_outcome(running)
         assert outcome.result is not None  # noqa: S101 - a new turn always has one
         return outcome.result
 
@@ -379,7 +391,7 @@ class AgentLoop:
             session_arg("recover", session_id, self.session_id),
             RecoverTurn(continue_turn),
         )
-        outcome = await self._wait(running)
+        outcome = await wait_outcome(running)
         assert outcome.report is not None  # noqa: S101 - recovery always reports
         return outcome.report
 
@@ -445,21 +457,6 @@ class AgentLoop:
         )
         return running
 
-    async def _wait(self, running: Running) -> Outcome:
-        task = running.task
-        assert task is not None  # noqa: S101 - set by _start
-        try:
-            outcome: Outcome = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # Our caller was cancelled: end the turn cleanly, then pass it on.
-            if not task.done():
-                request_cancel(running)
-                await asyncio.wait([task])
-            if not task.cancelled():
-                task.exception()  # seen: our caller gets the cancellation
-            raise
-        return outcome
-
     async def _drive(self, running: Running, job: NewTurn | RecoverTurn) -> Outcome:
         try:
             await self._gate.admit(running)
@@ -491,6 +488,7 @@ class AgentLoop:
             context=context,
             plan=self._plan,
             meter=UsageMeter(self.host.codec.encode),
+            watch=self.watch,
         )
 
     async def _flush(self, running: Running, session: Session) -> None:

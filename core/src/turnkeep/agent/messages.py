@@ -7,6 +7,9 @@ it, so a session continued from disk (cold) and one continued in memory
 Rules:
 - `user/message` becomes a user message; `assistant/message` an assistant
   message; streamed `assistant/chunk`s and the `turn/*` markers are skipped.
+  A partial `assistant/message` (a model call cut off while it streamed)
+  keeps its text followed by `PARTIAL_REPLY_NOTE`, so the model sees that it
+  was cut off, and is marked `partial`;
 - each `tool/call` attaches to the latest assistant message of its turn (an
   assistant message with empty text is synthesised if the model called tools
   without text), and is followed, in call order, by one tool message: its
@@ -47,12 +50,14 @@ from turnkeep.events import (
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
+    "PARTIAL_REPLY_NOTE",
     "History",
     "HistoryToolCall",
     "Message",
     "MessageRole",
     "derive_messages",
     "encode_messages",
+    "partial_content",
 ]
 
 MessageRole: TypeAlias = Literal["user", "assistant", "tool"]
@@ -60,6 +65,11 @@ MessageRole: TypeAlias = Literal["user", "assistant", "tool"]
 INTERRUPTED_TOOL_OUTPUT: Final = (
     "[interrupted] This tool call was started but the session stopped before "
     "its result was recorded. Its outcome is unknown: inspect before repeating it."
+)
+
+PARTIAL_REPLY_NOTE: Final = (
+    "[cut off] This reply was interrupted before it finished; the text above "
+    "is all of it that was recorded."
 )
 
 
@@ -85,6 +95,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         tool_call_id: for a tool message, the call it answers.
         status: for a tool message, `ok`, `error` or `interrupted`.
         untrusted: the text came from an outside source (imports).
+        partial: for an assistant message, the reply was cut off (its
+            content ends with `PARTIAL_REPLY_NOTE`).
     """
 
     role: MessageRole
@@ -93,6 +105,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     tool_call_id: str | None = None
     status: str | None = None
     untrusted: bool = False
+    partial: bool = False
 
 
 _encoder: Final = msgspec.json.Encoder()
@@ -120,6 +133,7 @@ class History:
     # Call ids whose first occurrence has been rendered (answered or not).
     _seen_calls: set[str] = attrs.field(factory=set[str], init=False)
     _open_text: str | None = attrs.field(default=None, init=False)
+    _open_partial: bool = attrs.field(default=False, init=False)
     _open_calls: list[ToolCall] = attrs.field(factory=list[ToolCall], init=False)
     _read: int = attrs.field(default=0, init=False)
     _last: SessionEvent | None = attrs.field(default=None, init=False)
@@ -158,6 +172,7 @@ class History:
         elif isinstance(event, AssistantMessage):
             self._close()
             self._open_text = event.data.text
+            self._open_partial = event.data.partial
         elif isinstance(event, UserMessage):
             self._close()
             self._messages.append(
@@ -180,6 +195,7 @@ class History:
             return
         self._render_open(self._messages, commit=True)
         self._open_text = None
+        self._open_partial = False
         self._open_calls.clear()
 
     def _render_open(self, out: list[Message], *, commit: bool) -> None:
@@ -192,10 +208,14 @@ class History:
         seen = self._seen_calls
         fresh: set[str] = set()
         calls = self._open_calls
+        partial = self._open_partial
         out.append(
             Message(
                 role="assistant",
-                content=self._open_text,
+                content=partial_content(self._open_text)
+                if partial
+                else self._open_text,
+                partial=partial,
                 tool_calls=tuple(
                     HistoryToolCall(
                         id=c.data.call_id, name=c.data.name, arguments=c.data.arguments
@@ -220,6 +240,11 @@ class History:
                 out.append(_answer(call_id, result))
         if commit:
             seen |= fresh
+
+
+def partial_content(text: str) -> str:
+    """The content of a partial reply: its text, then `PARTIAL_REPLY_NOTE`."""
+    return f"{text}\n\n{PARTIAL_REPLY_NOTE}" if text else PARTIAL_REPLY_NOTE
 
 
 def _interrupted(call_id: str) -> Message:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar, cast
 
@@ -40,6 +41,7 @@ from turnkeep.agent.context import ContextPlan
 from turnkeep.agent.history import history_of
 from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
+from turnkeep.agent.partial import ReplyText, tail_text
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.agent.tools import Tool, ToolContext, replay_policy, tool_spec
 from turnkeep.agent.turns import (
@@ -47,16 +49,17 @@ from turnkeep.agent.turns import (
     CANCELLED_UNSAFE_OUTPUT,
     NOT_DURABLE_OUTPUT,
     NOT_RUN_CANCELLED_OUTPUT,
+    SUMMARY_STATUS,
     Running,
     TurnResult,
     call_id_for,
+    name_session,
+    uncancel,
 )
 from turnkeep.agent.usage import UsageMeter
+from turnkeep.agent.watchdog import Guard, TimedOut, Watch
 from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
 from turnkeep.events import (
-    AssistantChunk,
-    AssistantChunkData,
-    AssistantMessage,
     AssistantMessageData,
     RunContextData,
     SessionEvent,
@@ -75,7 +78,6 @@ from turnkeep.events import (
     UserMessage,
     UserMessageData,
 )
-from turnkeep.meta import SessionStatus
 from turnkeep.session import Session
 
 __all__ = ["TurnRunner"]
@@ -83,14 +85,6 @@ __all__ = ["TurnRunner"]
 E = TypeVar("E", bound=SessionEvent)
 
 _CRASHED: Final = "the process stopped during this turn; recovered after restart"
-
-_SUMMARY_STATUS: Final[dict[TurnStatus, SessionStatus]] = {
-    "completed": "idle",
-    "cancelled": "idle",
-    "failed": "failed",
-    "interrupted": "interrupted",
-    "budget_exhausted": "idle",
-}
 
 
 class _Cancelled(Exception):
@@ -115,6 +109,10 @@ class TurnRunner:
     context: RunContextData
     plan: ContextPlan
     meter: UsageMeter
+    watch: Watch = attrs.field(factory=Watch)
+    guard: Guard = attrs.field(
+        init=False, default=attrs.Factory(lambda r: Guard(r.watch.stall_seconds), True)
+    )
 
     @property
     def session(self) -> Session:
@@ -134,18 +132,6 @@ class TurnRunner:
             turn, start.seq, user_text=text, rerun=(), ask_model=True
         )
 
-    def _name_session(self, said: str) -> None:
-        """Title a session after its first accepted (and redacted) message.
-
-        Taken from the event as appended, so redaction has already run, and
-        cut only afterwards, so a cut cannot split a secret past recognition.
-        """
-        session = self.session
-        if session.summary.first_prompt is not None:
-            return
-        first_line = said.strip().splitlines()[0] if said.strip() else ""
-        session.set_summary(title=first_line[:80] or None, first_prompt=said[:500])
-
     async def recover(
         self, *, continue_turn: bool
     ) -> tuple[RecoveryReport, TurnResult | None]:
@@ -156,6 +142,9 @@ class TurnRunner:
             return RecoveryReport(session_id=session.id), None
         self.meter.start()
         names = {c.data.call_id: c.data.name for c in found.unanswered}
+        cut = tail_text(session.events)
+        if cut is not None:  # a model call the crash cut off: keep its text
+            self._emit(SessionEvent, AssistantMessageData(text=cut, partial=True))
         interrupted: list[str] = []
         rerun: list[ToolCallData] = []
         for call in found.unanswered:
@@ -205,7 +194,7 @@ class TurnRunner:
         try:
             if user_text is not None:
                 said = self._emit(UserMessage, UserMessageData(text=user_text))
-                self._name_session(said.data.text)
+                name_session(self.session, said.data.text)
             for data in rerun:
                 self._check_cancel()
                 await self._execute(turn, data, self.tools[data.name], rerun=True)
@@ -218,12 +207,14 @@ class TurnRunner:
         except asyncio.CancelledError:
             if not self.running.cancel_requested:
                 raise  # not ours (e.g. the event loop shuts down): like a crash
-            _uncancel()
+            uncancel()
             status, error = "cancelled", "cancelled by the caller"
         except _NotDurable as exc:
             status, error = "failed", str(exc)
         except BudgetExhausted as exc:
             status, error = "budget_exhausted", str(exc)
+        except TimedOut as exc:
+            status, error = "timed_out", str(exc)
         except (ModelError, EventRejectedError) as exc:
             status, error = "failed", str(exc)
         except Exception as exc:
@@ -241,6 +232,7 @@ class TurnRunner:
         self._record_context()
         budget = self.budget
         budget.start()
+        self.guard.arm(budget.limits.deadline)
         while True:
             self._check_cancel()
             budget.before_model_call()
@@ -275,7 +267,7 @@ class TurnRunner:
         end = self._emit(
             TurnEnd, TurnEndData(turn=turn, status=status, error=error, usage=usage)
         )
-        self.session.set_summary(status=_SUMMARY_STATUS[status])
+        self.session.set_summary(status=SUMMARY_STATUS[status])
         await self.flush(self.session)
         return TurnResult(
             session_id=self.session.id,
@@ -298,7 +290,11 @@ class TurnRunner:
             session_id=session.id,
             turn=turn,
         )
-        parts: list[str] = []
+        reply = ReplyText(
+            functools.partial(self._emit, SessionEvent),
+            self._stream_flush,
+            self.watch.stream_flush_seconds,
+        )
         calls: list[ModelToolCall] = []
         usage: Usage | None = None
         self.running.phase = "model"
@@ -309,25 +305,29 @@ class TurnRunner:
         except Exception as exc:
             raise ModelError(f"the model failed: {type(exc).__name__}: {exc}") from exc
         try:
-            async for item in stream:
-                if isinstance(item, TextDelta):
-                    if item.text:
-                        self._emit(AssistantChunk, AssistantChunkData(text=item.text))
-                        parts.append(item.text)
-                elif isinstance(item, ModelToolCall):
-                    calls.append(item)
-                elif isinstance(item, Usage):  # pyright: ignore[reportUnnecessaryIsInstance]
-                    usage = item
-                else:
-                    raise ModelError(
-                        f"the model streamed a {type(item).__name__}; expected "
-                        "TextDelta, ModelToolCall or Usage"
-                    )
-        except (ModelError, EventRejectedError):
+            async with self.guard.watching("the model call"):
+                async for item in stream:
+                    if isinstance(item, TextDelta):
+                        await reply.add(item.text)
+                    elif isinstance(item, ModelToolCall):
+                        calls.append(item)
+                    elif isinstance(item, Usage):  # pyright: ignore[reportUnnecessaryIsInstance]
+                        usage = item
+                    else:
+                        raise ModelError(
+                            f"the model streamed a {type(item).__name__}; "
+                            "expected TextDelta, ModelToolCall or Usage"
+                        )
+        except (ModelError, EventRejectedError, _Cancelled, TimedOut):
+            reply.cut_off()
+            raise
+        except asyncio.CancelledError:
+            reply.cut_off()
             raise
         except Exception as exc:
             # A model adapter's own failure ends the turn as failed, named by
             # its type, instead of escaping and leaving the turn open.
+            reply.cut_off()
             raise ModelError(f"the model failed: {type(exc).__name__}: {exc}") from exc
         finally:
             aclose = getattr(stream, "aclose", None)
@@ -339,11 +339,10 @@ class TurnRunner:
             self.budget.charge(usage)
             meter.reported(usage)
             meter.model_seconds += meter.clock() - started
-        text = "".join(parts)
         # Always recorded, even empty: it marks where this model call's tool
         # calls begin, so history keeps one assistant message per call.
-        self._emit(AssistantMessage, AssistantMessageData(text=text))
-        return text, calls
+        reply.finished()
+        return reply.text, calls
 
     # -- tool calls ----------------------------------------------------------
 
@@ -420,13 +419,14 @@ class TurnRunner:
         try:
             # A copy: a tool that mutates its arguments must not change the
             # logged call under the log's feet.
-            output = await tool.run(copy.deepcopy(data.arguments), context)
+            async with self.guard.watching(f"the tool {data.name!r}"):
+                output = await tool.run(copy.deepcopy(data.arguments), context)
             if not isinstance(output, str):  # pyright: ignore[reportUnnecessaryIsInstance]
                 output = f"the tool returned {type(output).__name__}, not text"
                 status = "error"
         except ToolError as exc:
             output, status = str(exc) or type(exc).__name__, "error"
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, TimedOut):
             self.running.phase = "between"
             unsafe = data.replay != "safe"
             self._result(
@@ -457,6 +457,16 @@ class TurnRunner:
         finally:
             self.running.phase = "between"
 
+    async def _stream_flush(self) -> None:
+        # A flush inside a model call is let finish like any other; a cancel
+        # that came meanwhile stops the call right after it.
+        self.running.phase = "flush"
+        try:
+            await self.flush(self.session)
+        finally:
+            self.running.phase = "model"
+        self._check_cancel()
+
     def _check_cancel(self) -> None:
         if self.running.cancel_requested:
             raise _Cancelled
@@ -465,6 +475,7 @@ class TurnRunner:
         # The payload names its event type; `kind` only types the result.
         event = cast(E, self.session.append(data))
         self.meter.appended(event)
+        self.guard.activity()
         for sink in self.running.sinks:
             sink(event)
         return event
@@ -486,9 +497,3 @@ class TurnRunner:
                     status="error",
                 ),
             )
-
-
-def _uncancel() -> None:
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()

@@ -22,6 +22,7 @@ import attrs
 
 from turnkeep.agent.recovery import RecoveryReport
 from turnkeep.events import SessionEvent, TurnStatus
+from turnkeep.meta import SessionStatus
 from turnkeep.session import Session
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CANCELLED_UNSAFE_OUTPUT",
     "NOT_DURABLE_OUTPUT",
     "NOT_RUN_CANCELLED_OUTPUT",
+    "SUMMARY_STATUS",
     "NewTurn",
     "Outcome",
     "Phase",
@@ -36,7 +38,10 @@ __all__ = [
     "Running",
     "TurnResult",
     "call_id_for",
+    "name_session",
     "request_cancel",
+    "uncancel",
+    "wait_outcome",
 ]
 
 Phase: TypeAlias = Literal["admit", "model", "tool", "flush", "between", "end"]
@@ -57,6 +62,29 @@ CANCELLED_SAFE_OUTPUT: Final = (
     "[interrupted] The turn was cancelled while this tool ran. It has no "
     "outside effects and may be run again."
 )
+
+
+SUMMARY_STATUS: Final[dict[TurnStatus, SessionStatus]] = {
+    "completed": "idle",
+    "cancelled": "idle",
+    "failed": "failed",
+    "interrupted": "interrupted",
+    "budget_exhausted": "idle",
+    "timed_out": "idle",
+}
+"""The session's summary status after a turn that ended with each status."""
+
+
+def name_session(session: Session, said: str) -> None:
+    """Title a session after its first accepted (and redacted) message.
+
+    Taken from the event as appended, so redaction has already run, and cut
+    only afterwards, so a cut cannot split a secret past recognition.
+    """
+    if session.summary.first_prompt is not None:
+        return
+    first_line = said.strip().splitlines()[0] if said.strip() else ""
+    session.set_summary(title=first_line[:80] or None, first_prompt=said[:500])
 
 
 def call_id_for(session_id: str, seq: int) -> str:
@@ -144,6 +172,13 @@ class Outcome:
     report: RecoveryReport | None = None
 
 
+def uncancel() -> None:
+    """Take back the cancellation the current task received (it was handled)."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
 def request_cancel(running: Running) -> None:
     """Ask a running turn to stop; interrupt it only where that is safe."""
     if running.cancel_requested or running.task is None:
@@ -153,3 +188,20 @@ def request_cancel(running: Running) -> None:
     # turn stops at the next step boundary), so no durability point is torn.
     if running.phase in ("model", "tool"):
         running.task.cancel()
+
+
+async def wait_outcome(running: Running) -> Outcome:
+    """Wait for a turn's task; if the waiter is cancelled, cancel the turn first."""
+    task = running.task
+    assert task is not None  # noqa: S101 - set when the turn starts
+    try:
+        outcome: Outcome = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # Our caller was cancelled: end the turn cleanly, then pass it on.
+        if not task.done():
+            request_cancel(running)
+            await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # seen: our caller gets the cancellation
+        raise
+    return outcome
