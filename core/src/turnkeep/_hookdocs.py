@@ -25,6 +25,7 @@ _GROUPS = (
             "session_closed",
         ),
     ),
+    ("Effects", ("reconcile_effect",)),
     ("Capabilities", ("register_persistence", "register_event_types", "redact_text")),
     ("Plugin lifecycle", ("plugin_apply", "plugin_dispose")),
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from turnkeep.errorbase import TurnkeepError
 from turnkeep.turnerrors import (
     ContextMismatchError,
+    EffectReconcileError,
     ModelError,
     ToolError,
     TurnError,
@@ -24,6 +25,7 @@ from turnkeep.turnerrors import (
 __all__ = [
     "ConfigurationError",
     "ContextMismatchError",
+    "EffectReconcileError",
     "EventDecodeError",
     "EventNotSerializableError",
     "EventRejectedError",

@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 
 import msgspec
 
+from turnkeep.effectdata import EffectResolvedData
+
 __all__ = [
     "VOCABULARY",
     "AssistantChunk",
@@ -28,6 +30,8 @@ __all__ = [
     "AssistantMessage",
     "AssistantMessageData",
     "BudgetsInfo",
+    "EffectResolved",
+    "EffectResolvedData",
     "ModelInfo",
     "ReplayPolicy",
     "RunContext",
@@ -470,6 +474,14 @@ class RunInstructions(
     data: RunInstructionsData
 
 
+class EffectResolved(
+    SessionEvent, tag="effect/resolved", frozen=True, kw_only=True, gc=False
+):
+    """A call whose outcome was unknown was settled (format version 2)."""
+
+    data: EffectResolvedData
+
+
 VOCABULARY: tuple[type[SessionEvent], ...] = (
     TurnStart,
     UserMessage,
@@ -481,5 +493,6 @@ VOCABULARY: tuple[type[SessionEvent], ...] = (
     TurnEnd,
     RunContext,
     RunInstructions,
+    EffectResolved,
 )
 """The event types every turnkeep reader knows."""

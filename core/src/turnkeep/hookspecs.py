@@ -20,7 +20,8 @@ import pluggy
 if TYPE_CHECKING:
     from turnkeep.codec import EventCodec
     from turnkeep.config import Config
-    from turnkeep.events import SessionEvent
+    from turnkeep.effectdata import EffectOutcome
+    from turnkeep.events import SessionEvent, ToolCall
     from turnkeep.session import Session
     from turnkeep.store import SessionStore
 
@@ -320,6 +321,50 @@ def session_closed(session: Session) -> Awaitable[None] | None:
         A persistence plugin releases the session's writer role here.
 
     Added in: 0.1.
+    """
+
+
+# -- effects -------------------------------------------------------------------
+
+
+@hookspec
+def reconcile_effect(
+    session: Session, call: ToolCall
+) -> EffectOutcome | Awaitable[EffectOutcome | None] | None:
+    """Say whether an interrupted unsafe call took effect, by looking at the world.
+
+    Called:
+        By the agent loop's recovery (`AgentLoop.resume`, `recover`, the
+        crash sweep `recover_interrupted`), once per unsafe call a crash
+        left without a result, before anything about that turn is
+        appended.
+
+    Calling convention:
+        Every implementation is asked, in hook order; each may be `async
+        def` or return an awaitable. Answer with `turnkeep.effects.done(result)`,
+        `not_done()` or `unknown()`, or `None` when the call is not yours.
+        `None` and `unknown` abstain; the first definite answer in hook
+        order is recorded, unless another says the opposite, in which case
+        the outcome stays unknown (`turnkeep.effects.decide`). An exception,
+        or a value that is none of these, fails recovery with
+        `EffectReconcileError`; nothing is appended.
+
+    Args:
+        session: the session being recovered (its log ends inside the turn).
+        call: the `tool/call` event: `call.data.call_id` (the idempotency
+            key the tool was given), `name`, `arguments`.
+
+    Returns:
+        An outcome, `None`, or an awaitable of either.
+
+    Contract:
+        MUST NOT append events or run the tool again; only look. Answer
+        `done` or `not_done` only when sure: `done` records `result` as the
+        call's result, `not_done` tells the model the call did not happen
+        (it may call again); `unknown` keeps the call *interrupted, outcome
+        unknown*. An `effect/resolved` event names the plugin that settled it.
+
+    Added in: 0.2.
     """
 
 

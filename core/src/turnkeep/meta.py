@@ -27,8 +27,9 @@ __all__ = [
 FORMAT_VERSION: Final = 2
 """The session format version this code writes and the newest it reads.
 
-1: the first release. 2: the agent loop's `run/context` and
-`run/instructions` events and the `budget_exhausted` turn status (a reader
+1: the first release. 2: the agent loop's `run/context`,
+`run/instructions` and `effect/resolved` events and the `budget_exhausted`
+turn status (a reader
 of version 1 knows neither). Sessions of version 1 load unchanged; a
 session keeps the version it was created with."""
 

@@ -13,6 +13,7 @@ from turnkeep.errorbase import TurnkeepError
 
 __all__ = [
     "ContextMismatchError",
+    "EffectReconcileError",
     "ModelError",
     "ToolError",
     "TurnError",
@@ -79,4 +80,27 @@ class ContextMismatchError(TurnError):
             f"session {session_id!r} was run with another context than the one "
             f"given; nothing was changed. Differences:\n{lines}\n"
             'Pass the recorded context, or context="override" to accept the new one.'
+        )
+
+
+class EffectReconcileError(TurnError):
+    """A `reconcile_effect` implementation failed while recovery asked it.
+
+    Nothing was appended: the cut-off turn stays open and its calls
+    unanswered, so a later recovery (with the plugin fixed or removed) asks
+    again. A loop being resumed lets its session go.
+
+    Attributes:
+        session_id: the session.
+        call_id: the call it was asked about.
+        plugin: the implementation's plugin name.
+    """
+
+    code = "effect-reconcile"
+
+    def __init__(self, session_id: str, call_id: str, plugin: str, why: str) -> None:
+        self.session_id, self.call_id, self.plugin = session_id, call_id, plugin
+        super().__init__(
+            f"session {session_id!r}: plugin {plugin!r} failed to reconcile call "
+            f"{call_id}: {why}; nothing was changed, recovery can be retried"
         )

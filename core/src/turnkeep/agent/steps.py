@@ -37,8 +37,8 @@ import attrs
 
 from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
 from turnkeep.agent.context import ContextPlan
+from turnkeep.agent.effects import Reconciler, settle_unknown
 from turnkeep.agent.history import history_of
-from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.agent.tools import Tool, ToolContext, replay_policy, tool_spec
@@ -115,6 +115,7 @@ class TurnRunner:
     context: RunContextData
     plan: ContextPlan
     meter: UsageMeter
+    reconcile: Reconciler
 
     @property
     def session(self) -> Session:
@@ -156,17 +157,14 @@ class TurnRunner:
             return RecoveryReport(session_id=session.id), None
         self.meter.start()
         names = {c.data.call_id: c.data.name for c in found.unanswered}
-        interrupted: list[str] = []
-        rerun: list[ToolCallData] = []
-        for call in found.unanswered:
-            if self._may_rerun(call.data):
-                rerun.append(call.data)
-                continue
-            self._result(call.data.call_id, INTERRUPTED_TOOL_OUTPUT, "interrupted")
-            interrupted.append(call.data.call_id)
-        if interrupted:
-            # The interrupted results are durable before anything else runs
-            # (R8): a crash from here on finds them answered.
+        rerun = [c.data for c in found.unanswered if self._may_rerun(c.data)]
+        unsafe = [c for c in found.unanswered if not self._may_rerun(c.data)]
+        settled = await settle_unknown(
+            session, unsafe, self.reconcile, self._emit_data, self._result
+        )
+        if unsafe:
+            # Their results are durable before anything else runs (R8): a
+            # crash from here on finds them answered.
             self._emit(
                 TurnCheckpoint, TurnCheckpointData(turn=found.turn, reason="recovery")
             )
@@ -181,10 +179,11 @@ class TurnRunner:
         report = RecoveryReport(
             session_id=session.id,
             turn=found.turn,
-            interrupted=tuple(interrupted),
+            interrupted=settled.interrupted,
             rerun=tuple(c.call_id for c in rerun),
             continued=continue_turn,
             names=names,
+            settled=settled,
         )
         return report, result
 
@@ -468,6 +467,9 @@ class TurnRunner:
         for sink in self.running.sinks:
             sink(event)
         return event
+
+    def _emit_data(self, data: object) -> SessionEvent:
+        return self._emit(SessionEvent, data)
 
     def _result(self, call_id: str, output: str, status: ToolResultStatus) -> None:
         try:
