@@ -30,6 +30,7 @@ COMMANDS = (
     "plugins",
     "dev",
     "conformance",
+    "serve",
 )
 
 

@@ -10,6 +10,8 @@ import msgspec
 import pytest
 from tests.cli.support import Store, cli, one_line_error
 
+from turnkeep.storespec import event_type_plugins
+
 
 def report(*args: str, store: Store | None = None) -> dict[str, Any]:
     result = cli("plugins", "--json", *args, store=store)
@@ -39,13 +41,18 @@ def test_the_default_backend_and_why(tmp_path: Path) -> None:
     assert shown["location"]  # the default store directory
 
 
-def test_a_store_option_wins_and_loads_only_its_plugin(store: Store) -> None:
+def test_a_store_option_wins_and_loads_its_plugin_and_the_event_types(
+    store: Store,
+) -> None:
     shown = report(store=store)
     assert shown["active"] == store.name
     assert shown["reason"] == "set by the --store option"
     assert shown["location"] == str(store.path)
     loaded = {p["name"] for p in shown["plugins"] if p["loaded"]}
-    assert loaded == {store.name}
+    # No other backend: only the plugins that declare event types
+    # (entry-point group `turnkeep.event_types`) come along.
+    assert loaded == {store.name, *event_type_plugins()}
+    assert "openai-agents" in event_type_plugins()
 
 
 def test_configured_in_a_file_or_the_environment(

@@ -26,7 +26,15 @@ _GROUPS = (
         ),
     ),
     ("Effects", ("reconcile_effect",)),
-    ("Capabilities", ("register_persistence", "register_event_types", "redact_text")),
+    (
+        "Capabilities",
+        (
+            "register_persistence",
+            "register_event_types",
+            "render_transcript",
+            "redact_text",
+        ),
+    ),
     ("Plugin lifecycle", ("plugin_apply", "plugin_dispose")),
 )
 

@@ -12,18 +12,18 @@ keeps the two in step.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
+from turnkeep.hookprotocols import PluginHost, RegisterEventType, RegisterPersistence
+
 if TYPE_CHECKING:
-    from turnkeep.codec import EventCodec
-    from turnkeep.config import Config
     from turnkeep.effectdata import EffectOutcome
     from turnkeep.events import SessionEvent, ToolCall
     from turnkeep.session import Session
-    from turnkeep.store import SessionStore
+    from turnkeep.transcripts import TranscriptEntry
 
 __all__ = [
     "PROJECT_NAME",
@@ -37,66 +37,6 @@ __all__ = [
 PROJECT_NAME = "turnkeep"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-class PluginHost(Protocol):
-    """What a plugin sees of its host in `plugin_apply` and `plugin_dispose`.
-
-    Implemented by `turnkeep.Host`. Typed as a protocol so that the hook
-    contract does not depend on the host's module (which registers plugins
-    that implement these hooks).
-    """
-
-    @property
-    def config(self) -> Config:
-        """The host's configuration."""
-        ...
-
-    @property
-    def codec(self) -> EventCodec:
-        """The event codec (built-in vocabulary plus registered types)."""
-        ...
-
-    @property
-    def sessions(self) -> SessionStore:
-        """The live sessions (`sessions.list()`)."""
-        ...
-
-
-class RegisterPersistence(Protocol):
-    """The `register` callback that `register_persistence` receives."""
-
-    def __call__(
-        self,
-        name: str,
-        factory: Callable[[Any], object],
-        config_type: type[Any] | None = None,
-    ) -> None:
-        """Contribute backend `name`.
-
-        Args:
-            name: the backend's configuration key (`persistence = "<name>"`).
-            factory: builds the backend from its structured options (an
-                instance of `config_type`, or `None`).
-            config_type: the attrs class of its `[backends.<name>]` options,
-                or `None` when it takes none.
-
-        Raises:
-            PersistenceConflictError: the plugin registers `name` twice.
-        """
-        ...
-
-
-class RegisterEventType(Protocol):
-    """The `register` callback that `register_event_types` receives."""
-
-    def __call__(self, cls: type[SessionEvent]) -> None:
-        """Contribute event class `cls` (its tag must be new).
-
-        Raises:
-            ConfigurationError: the tag is built in or already registered.
-        """
-        ...
 
 
 # -- session lifecycle -------------------------------------------------------
@@ -424,6 +364,33 @@ def register_event_types(register: RegisterEventType) -> None:
         refuse a log containing it unless the type is ignorable.
 
     Added in: 0.1.
+    """
+
+
+@hookspec(firstresult=True)
+def render_transcript(
+    events: Sequence[SessionEvent],
+) -> Sequence[TranscriptEntry] | None:
+    """Say what history a stored log means, for `turnkeep show`.
+
+    Called:
+        By `turnkeep show` with a session's decoded log, before it renders
+        the loop's vocabulary itself.
+
+    Calling convention:
+        Synchronous; the first implementation that returns a list wins.
+
+    Args:
+        events: the session's decoded log, in seq order.
+
+    Returns:
+        The history as `TranscriptEntry`s (oldest first), or `None` when the
+        log is not of this plugin's types.
+
+    Contract:
+        Read only; answer `None` for a log the plugin does not own.
+
+    Added in: 0.2.
     """
 
 

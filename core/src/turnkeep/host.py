@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import pluggy
@@ -39,6 +39,7 @@ from turnkeep.config import Config, structure_config
 from turnkeep.effects import Verdict, decide
 from turnkeep.errors import (
     FlushError,
+    HookContractError,
     PluginDisposeError,
     TurnkeepError,
 )
@@ -49,6 +50,7 @@ from turnkeep.redaction import SecretRedactor, run_redact_event, run_redact_text
 from turnkeep.reload import Reloader
 from turnkeep.session import Session
 from turnkeep.store import CloseReport, SessionStore
+from turnkeep.transcripts import TranscriptEntry
 
 __all__ = ["Host"]
 
@@ -352,6 +354,27 @@ class Host:
             EffectReconcileError: an implementation failed (see the hook).
         """
         return await decide(live_impls(self.pm, "reconcile_effect"), session, call)
+
+    def render_transcript(
+        self, events: Sequence[SessionEvent]
+    ) -> list[TranscriptEntry] | None:
+        """The history a plugin says `events` mean, or `None` if none claims them.
+
+        Raises:
+            HookContractError: the claiming plugin returned something other
+                than a sequence of `TranscriptEntry`.
+        """
+        result: object = self.pm.hook.render_transcript(events=events)
+        if result is None:
+            return None
+        if type(result) in (list, tuple):  # no narrowing: its items are unknown
+            entries = list(cast("Sequence[object]", result))
+            if all(isinstance(e, TranscriptEntry) for e in entries):
+                return cast("list[TranscriptEntry]", entries)
+        raise HookContractError(
+            "render_transcript must return a list of TranscriptEntry or None, "
+            f"not {type(result).__name__}"
+        )
 
     async def emit_session_closed(self, session: Session) -> None:
         """Emit `session_closed` and await every implementation."""

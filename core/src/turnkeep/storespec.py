@@ -1,13 +1,15 @@
-"""Store specs: a backend and its location in one string (`sqlite:./s.db`).
+"""Store specs: `jsonl:PATH`, `sqlite:PATH`, `postgres:DSN`, or a backend name.
 
-Owns `StoreSpec` and its parsing (`jsonl:PATH`, `sqlite:PATH`,
-`postgres:DSN`, or a backend name alone) and the configuration overrides a
-spec stands for. Used by the `turnkeep` command's `--store` option and by
-the framework adapters that take `store="sqlite:PATH"`.
+Owns the parsing of the short text that names a store (the command's
+`--store`, and libraries that open a store by name, such as the Agents SDK
+session) and the configuration overrides that select it: its backend's
+plugin, plus the installed plugins that contribute event types (entry-point
+group `turnkeep.event_types`), so a reader decodes every event it stores.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -15,14 +17,41 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-__all__ = ["StoreSpec", "parse_spec", "redact_dsn"]
+from turnkeep.backends import ENTRY_POINT_GROUP
+
+__all__ = [
+    "EVENT_TYPES_GROUP",
+    "StoreSpec",
+    "event_type_plugins",
+    "parse_spec",
+    "redact_dsn",
+]
+
+EVENT_TYPES_GROUP: Final = "turnkeep.event_types"
+"""The entry-point group naming plugins (by their `turnkeep` entry-point name)
+that contribute event types: loaded with every store a spec selects."""
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_-]*")
 
 
+def event_type_plugins() -> list[str]:
+    """The installed `turnkeep` plugins that declare event types, sorted.
+
+    A name listed in `turnkeep.event_types` but without a `turnkeep` entry
+    point is left out (nothing could load it).
+    """
+    declared = {
+        ep.name for ep in importlib.metadata.entry_points(group=EVENT_TYPES_GROUP)
+    }
+    plugins = {
+        ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    }
+    return sorted(declared & plugins)
+
+
 @attrs.frozen
 class StoreSpec:
-    """A backend chosen on the command line, with its location.
+    """A backend chosen by name, with its location.
 
     Attributes:
         backend: the backend's name (its entry point and configuration key).
@@ -34,12 +63,22 @@ class StoreSpec:
     options: dict[str, str] = attrs.field(factory=dict[str, str])
 
     def overrides(self) -> dict[str, Any]:
-        """Configuration overrides selecting this backend and only its plugin."""
-        plugins: object = "none" if self.backend == "memory" else [self.backend]
+        """Configuration overrides selecting this backend.
+
+        Loads its plugin and the event-type plugins only (the memory backend
+        is built in), so another backend's plugin cannot stand in the way.
+        """
+        readers = [n for n in event_type_plugins() if n != self.backend]
+        wanted = readers if self.backend == "memory" else [self.backend, *readers]
+        plugins: object = wanted or "none"
         values: dict[str, Any] = {"persistence": self.backend, "plugins": plugins}
         if self.options:
             values["backends"] = {self.backend: dict(self.options)}
         return values
+
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """A hashable identity of the store (backend and options)."""
+        return self.backend, tuple(sorted(self.options.items()))
 
     def describe(self) -> str:
         """The spec for messages (a DSN's password masked)."""

@@ -697,3 +697,16 @@ def test_a_saver_on_a_finished_loops_host_closes_without_waiting() -> None:
     closer.join(timeout=30)
     assert not closer.is_alive()
     assert errors == []
+
+
+def test_the_command_reads_a_thread_with_only_store_given(tmp_path: Path) -> None:
+    from tests.cli.support import cli
+
+    spec = f"sqlite:{tmp_path / 'graph.db'}"
+    with TurnkeepSaver(store=spec) as saver:
+        put(saver, "t1", {"a": "hello"}, {"a": 1}, {"a": 1})
+    for command in ("show", "verify"):
+        result = cli("--store", spec, command, "lg-t1")
+        assert result.exit_code == 0, result.stderr
+        assert "unknown event type" not in result.stdout + result.stderr
+    assert "langgraph/checkpoint" in cli("--store", spec, "show", "lg-t1").stdout

@@ -30,8 +30,9 @@ from turnkeep.events import (
     TurnStart,
     UserMessage,
 )
+from turnkeep.transcripts import TranscriptEntry
 
-__all__ = ["event_line", "render_transcript"]
+__all__ = ["event_line", "render_entries", "render_transcript"]
 
 _OUTPUT_LIMIT: Final = 2000
 _encoder: Final = msgspec.json.Encoder()
@@ -133,6 +134,19 @@ def render_transcript(
                 "bold red",
             )
         )
+
+
+def render_entries(
+    entries: Sequence[TranscriptEntry], out: Console, *, full: bool = False
+) -> None:
+    """Print the history a plugin rendered (`render_transcript`)."""
+    for entry in entries:
+        if entry.note:
+            out.print(Text(f"· {_limit(entry.label, full)}", "dim"))
+            continue
+        out.print(Text(clean(entry.label), "bold cyan"))
+        if entry.text:
+            out.print(Text(_limit(entry.text, full, "  ")))
 
 
 def _call(

@@ -33,7 +33,7 @@ from turnkeep.cli.output import (
 )
 from turnkeep.cli.runtime import about, common_options, execute, open_store
 from turnkeep.cli.sessions import SessionRow, row
-from turnkeep.cli.transcript import event_line, render_transcript
+from turnkeep.cli.transcript import event_line, render_entries, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
 from turnkeep.follow import has_commit_waiter, poll_for_commit, wait_for_commit
@@ -101,6 +101,8 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
                     emit_raw_line(event)
                 return 0
             events = codec.decode_log(loaded.events, session_id=session_id)
+            # Asked while the host runs: closing it unregisters the plugins.
+            entries = store.host.render_transcript(events)
         if messages:
             emit_json(derive_messages(events))
             return 0
@@ -120,7 +122,10 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
             return 0
         out = console()
         _header(out, loaded, total_usage(events))
-        render_transcript(events, out, session_id=session_id, full=full)
+        if entries is not None:
+            render_entries(entries, out, full=full)
+        else:
+            render_transcript(events, out, session_id=session_id, full=full)
         return 0
 
     execute(body)
