@@ -23,6 +23,7 @@ COMMANDS = (
     "verify",
     "repair",
     "recover",
+    "resolve",
     "export",
     "import",
     "backup",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -14,9 +15,28 @@ from turnkeep.agent.effects import NOT_DONE_OUTPUT
 from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.recovery import open_turn, pairing_problems
 from turnkeep.agent.sweep import recover_interrupted
+from turnkeep.agent.tools import unknown_policy
+from turnkeep.agent.turns import call_id_for
 from turnkeep.effects import EffectOutcome, done, not_done, unknown
-from turnkeep.errors import EffectReconcileError
-from turnkeep.events import EffectResolved, SessionEvent, ToolCall, ToolResult
+from turnkeep.errors import (
+    CallNotFoundError,
+    EffectBlockedError,
+    EffectNotUnknownError,
+    EffectReconcileError,
+)
+from turnkeep.events import (
+    AssistantMessageData,
+    EffectResolved,
+    SessionEvent,
+    ToolCall,
+    ToolCallData,
+    ToolResult,
+    ToolResultData,
+    TurnEndData,
+    TurnStart,
+    TurnStartData,
+    UserMessageData,
+)
 from turnkeep.session import Session
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
@@ -271,3 +291,199 @@ async def test_the_crash_sweep_asks_the_reconcilers() -> None:
         stored = await stored_events(host, "s")
         assert results(stored)[second].data.output == "paid"
         assert pairing_problems(stored) == []
+
+
+# -- a per-tool policy for effects that stay unknown ---------------------------
+
+
+@attrs.define(eq=False)
+class BlockingTool(SpyTool):
+    """An unsafe tool that blocks turns when a call's outcome is unknown."""
+
+    on_unknown: object = "block"
+
+
+async def blocked_log(host: Host, policy: str = "block") -> tuple[str, str]:
+    """Store a log whose turn 2 a crash cut off in a call of policy `policy`.
+
+    Turn 1 made a call that finished (`ok`). Returns (finished, cut off).
+    """
+    session = host.sessions.create("s")
+    ids: list[str] = []
+    for turn in (1, 2):
+        session.append(TurnStartData(turn=turn))
+        session.append(UserMessageData(text=f"turn {turn}"))
+        session.append(AssistantMessageData(text="working"))
+        call_id = call_id_for("s", session.next_seq)
+        ids.append(call_id)
+        session.append(
+            ToolCallData(call_id=call_id, name="act", arguments={}, on_unknown=policy)  # pyright: ignore[reportArgumentType]
+        )
+        if turn == 1:
+            session.append(ToolResultData(call_id=call_id, output="fine"))
+            session.append(AssistantMessageData(text="done"))
+            session.append(TurnEndData(turn=1, status="completed"))
+    await session.flush()
+    await host.sessions.close("s")
+    return ids[0], ids[1]
+
+
+def model_for_turn_3() -> ScriptedModel:
+    # The script goes by the history's assistant messages (three so far).
+    return ScriptedModel([Reply("x"), Reply("x"), Reply("x"), Reply("after")])
+
+
+@pytest.mark.asyncio
+async def test_a_blocking_unknown_effect_refuses_turns_until_resolved() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        finished, cut = await blocked_log(host)
+    model = model_for_turn_3()
+    async with shared_host(shared) as host:
+        loop = await AgentLoop.resume(
+            "agent",
+            "s",
+            host=host,
+            model=model,
+            tools=[BlockingTool("act")],
+            continue_turn=True,
+        )
+        report = loop.recovery
+        assert report is not None
+        assert report.interrupted == (cut,)
+        assert report.settled.blocked == (cut,)
+        assert not report.continued  # a person decides first, not the model
+        assert "BLOCKED" in report.describe()
+        before = await stored_events(host, "s")
+        with pytest.raises(EffectBlockedError, match=cut) as caught:
+            await loop.run_turn("go on")
+        assert caught.value.call_ids == (cut,)
+        assert caught.value.code == "effect-blocked"
+        assert model.requests == []  # refused before any model call
+        assert list(host.sessions.get("s").events) == before  # nothing appended
+
+        with pytest.raises(CallNotFoundError):
+            await loop.resolve("call_nope", done=True)
+        with pytest.raises(EffectNotUnknownError):
+            await loop.resolve(finished, done=True)  # it has a result
+        with pytest.raises(EffectNotUnknownError):
+            await loop.resolve(cut, done=False, result="a result for not done?")
+        assert list(host.sessions.get("s").events) == before
+
+        resolved = await loop.resolve(
+            cut, done=True, result="file written", by="ana", reason="checked it"
+        )
+        stored = await stored_events(host, "s")
+        assert stored[-1] == resolved  # durable when resolve returns
+        assert (resolved.data.outcome, resolved.data.result) == ("done", "file written")
+        assert (resolved.data.by, resolved.data.reason) == ("ana", "checked it")
+        with pytest.raises(EffectNotUnknownError):
+            await loop.resolve(cut, done=False)  # resolved already
+
+        result = await loop.run_turn("go on")
+        assert (result.status, result.text) == ("completed", "after")
+        note = model.requests[0].messages[-2]
+        assert note.role == "user"
+        assert note.content.startswith(f"[resolved] Tool call {cut}")
+        assert (
+            "checked by ana: it DID take effect; its result: file written."
+            in note.content
+        )
+        assert "Reason: checked it" in note.content
+        await loop.close()
+    # Cold and warm histories agree across the resolution.
+    async with shared_host(shared) as host:
+        stored = await stored_events(host, "s")
+    warm = model.requests[0].messages
+    ends = [e.seq for e in stored if isinstance(e, TurnStart)]
+    assert tuple(derive_messages(stored[: ends[-1] + 2])) == warm
+
+
+@pytest.mark.asyncio
+async def test_a_blocked_session_stays_blocked_across_restarts_and_the_sweep() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        _finished, cut = await blocked_log(host)
+    # The crash sweep settles the cut-off turn (no tools, no model) ...
+    async with shared_host(shared) as host:
+        [swept] = await recover_interrupted(host, session_ids=["s"])
+        assert swept.report is not None
+        assert swept.report.settled.blocked == (cut,)
+    # ... and every later process is refused until someone resolves it.
+    for _ in range(2):
+        async with shared_host(shared) as host:
+            loop = await AgentLoop.resume(
+                "agent",
+                "s",
+                host=host,
+                model=model_for_turn_3(),
+                tools=[BlockingTool("act")],
+                context="override",
+            )
+            with pytest.raises(EffectBlockedError):
+                await loop.run_turn("go on")
+            await loop.close()
+    async with shared_host(shared) as host:
+        loop = await AgentLoop.resume(
+            "agent",
+            "s",
+            host=host,
+            model=model_for_turn_3(),
+            tools=[BlockingTool("act")],
+            context="override",
+        )
+        await loop.resolve(cut, done=False, reason="no file there")
+        result = await loop.run_turn("go on")
+        assert result.status == "completed"
+        await loop.close()
+
+
+@pytest.mark.asyncio
+async def test_report_is_the_default_policy_and_does_not_block() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        _finished, cut = await blocked_log(host, policy="report")
+    async with shared_host(shared) as host:
+        loop = await AgentLoop.resume(
+            "agent", "s", host=host, model=model_for_turn_3(), tools=[SpyTool("act")]
+        )
+        assert loop.recovery is not None
+        assert loop.recovery.settled.blocked == ()
+        assert (await loop.run_turn("go on")).status == "completed"
+        # A reported unknown call may still be resolved, for the record.
+        event = await loop.resolve(cut, done=False)
+        assert event.data.by  # this user, host and pid
+        await loop.close()
+
+
+def test_the_policy_a_tool_declares() -> None:
+    def writes(arguments: Mapping[str, Any]) -> str:
+        return "block" if arguments.get("write") else "report"
+
+    assert unknown_policy(SpyTool("a"), {}) == "report"
+    assert unknown_policy(BlockingTool("a"), {}) == "block"
+    assert unknown_policy(BlockingTool("a", replay="safe"), {}) == "report"
+    assert unknown_policy(BlockingTool("a", on_unknown=writes), {"write": 1}) == "block"
+    assert unknown_policy(BlockingTool("a", on_unknown=writes), {}) == "report"
+    assert unknown_policy(BlockingTool("a", on_unknown="later"), {}) == "report"
+
+
+@pytest.mark.asyncio
+async def test_the_call_records_its_policy_before_it_runs() -> None:
+    def writes(arguments: Mapping[str, Any]) -> str:
+        return "block" if arguments.get("write") else "report"
+
+    tool = BlockingTool("act", on_unknown=writes)
+    model = ScriptedModel(
+        [Reply("", (ScriptedCall("act", {"write": True}), ScriptedCall("act", {})))]
+    )
+    async with shared_host(SharedMemory()) as host:
+        loop = AgentLoop.create("agent", host=host, model=model, tools=[tool])
+        await loop.run_turn("go")
+        calls = [
+            e
+            for e in host.sessions.get(loop.session_id).events
+            if isinstance(e, ToolCall)
+        ]
+        assert [c.data.on_unknown for c in calls] == ["block", "report"]
+        await loop.close()

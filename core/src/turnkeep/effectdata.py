@@ -19,6 +19,7 @@ __all__ = [
     "NotDone",
     "ResolvedOutcome",
     "Unknown",
+    "UnknownPolicy",
     "Verdict",
     "done",
     "not_done",
@@ -27,6 +28,10 @@ __all__ = [
 
 ResolvedOutcome: TypeAlias = Literal["done", "not_done"]
 """What a settled effect turned out to be."""
+
+UnknownPolicy: TypeAlias = Literal["report", "block"]
+"""What the next turn does while a call's outcome is unknown: `report` it to
+the model as interrupted, or `block` (refuse turns until it is resolved)."""
 
 
 class EffectResolvedData(msgspec.Struct, frozen=True, kw_only=True, gc=False):

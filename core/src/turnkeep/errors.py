@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from turnkeep.errorbase import TurnkeepError
 from turnkeep.turnerrors import (
+    CallNotFoundError,
     ContextMismatchError,
+    EffectBlockedError,
+    EffectNotUnknownError,
     EffectReconcileError,
     ModelError,
     ToolError,
@@ -23,8 +26,11 @@ from turnkeep.turnerrors import (
 )
 
 __all__ = [
+    "CallNotFoundError",
     "ConfigurationError",
     "ContextMismatchError",
+    "EffectBlockedError",
+    "EffectNotUnknownError",
     "EffectReconcileError",
     "EventDecodeError",
     "EventNotSerializableError",

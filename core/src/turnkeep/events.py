@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 
 import msgspec
 
-from turnkeep.effectdata import EffectResolvedData
+from turnkeep.effectdata import EffectResolvedData, UnknownPolicy
 
 __all__ = [
     "VOCABULARY",
@@ -254,12 +254,15 @@ class ToolCallData(_Payload, frozen=True, kw_only=True, gc=False):
         name: the tool's name.
         arguments: the JSON arguments the model gave.
         replay: the tool's declared replay policy when the call was made.
+        on_unknown: what follows while its outcome is unknown (`report`,
+            or `block` the next turn until it is resolved).
     """
 
     call_id: str
     name: str
     arguments: dict[str, Any]
     replay: ReplayPolicy = "unsafe"
+    on_unknown: UnknownPolicy = "report"
 
 
 class ToolResultData(_Payload, frozen=True, kw_only=True, gc=False):
@@ -474,9 +477,7 @@ class RunInstructions(
     data: RunInstructionsData
 
 
-class EffectResolved(
-    SessionEvent, tag="effect/resolved", frozen=True, kw_only=True, gc=False
-):
+class EffectResolved(SessionEvent, tag="effect/resolved", frozen=True, kw_only=True):
     """A call whose outcome was unknown was settled (format version 2)."""
 
     data: EffectResolvedData

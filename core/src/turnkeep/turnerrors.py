@@ -12,7 +12,10 @@ from collections.abc import Sequence
 from turnkeep.errorbase import TurnkeepError
 
 __all__ = [
+    "CallNotFoundError",
     "ContextMismatchError",
+    "EffectBlockedError",
+    "EffectNotUnknownError",
     "EffectReconcileError",
     "ModelError",
     "ToolError",
@@ -104,3 +107,39 @@ class EffectReconcileError(TurnError):
             f"session {session_id!r}: plugin {plugin!r} failed to reconcile call "
             f"{call_id}: {why}; nothing was changed, recovery can be retried"
         )
+
+
+class EffectBlockedError(TurnError):
+    """A call's outcome is unknown and its tool blocks turns until it is resolved.
+
+    Nothing was appended and no model was asked. Resolve each call with
+    `AgentLoop.resolve` or `turnkeep resolve ID CALL --done/--not-done`.
+
+    Attributes:
+        session_id: the session.
+        call_ids: the unresolved calls, in log order.
+    """
+
+    code = "effect-blocked"
+
+    def __init__(self, session_id: str, calls: Sequence[tuple[str, str]]) -> None:
+        self.session_id = session_id
+        self.call_ids = tuple(c for c, _ in calls)
+        named = ", ".join(f"{c} ({name})" for c, name in calls)
+        super().__init__(
+            f"session {session_id!r} is blocked: the outcome of {named} is "
+            "unknown; find out whether it took effect, then resolve it "
+            f"(turnkeep resolve {session_id} CALL --done or --not-done)"
+        )
+
+
+class CallNotFoundError(TurnError, LookupError):
+    """No `tool/call` of the session has this call id; nothing was changed."""
+
+    code = "call-not-found"
+
+
+class EffectNotUnknownError(TurnError, ValueError):
+    """The call's outcome is not unknown (it has a result, or was resolved)."""
+
+    code = "effect-not-unknown"

@@ -13,33 +13,62 @@ leaves the log untouched: `EffectReconcileError`), then appends, per call:
 - `unknown` (or no answer): the `interrupted` result, as without plugins.
 
 The precedence among several plugins is `turnkeep.effects.decide`'s.
+
+A call whose outcome stays unknown and whose `tool/call` says `on_unknown:
+block` (`turnkeep.agent.tools.unknown_policy`) blocks the session: recovery
+does not continue its turn, and every new turn is refused with
+`EffectBlockedError` before anything is appended, until `resolve_effect`
+(`AgentLoop.resolve`, `turnkeep resolve`) records an `effect/resolved`
+saying whether it took effect, who says so and why. `unknown_calls` finds
+the calls still unknown; it reads each session's log once, then only what
+was appended since.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol, TypeAlias
+
+import attrs
 
 from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.recovery import RecoveryReport, Settled
 from turnkeep.effects import Done, NotDone, Verdict
-from turnkeep.errors import EffectReconcileError, EventRejectedError, TurnkeepError
+from turnkeep.errors import (
+    CallNotFoundError,
+    EffectBlockedError,
+    EffectNotUnknownError,
+    EffectReconcileError,
+    EventRejectedError,
+    TurnInProgressError,
+    TurnkeepError,
+)
 from turnkeep.events import (
+    EffectResolved,
     EffectResolvedData,
     SessionEvent,
     ToolCall,
+    ToolResult,
     ToolResultStatus,
 )
 from turnkeep.host import Host
+from turnkeep.owners import current_identity
 from turnkeep.session import Session
 
 __all__ = [
     "NOT_DONE_OUTPUT",
     "RECONCILED_BY",
     "Reconciler",
+    "UnknownCall",
     "recover_or_let_go",
+    "refuse_if_blocked",
+    "resolve_effect",
+    "resolve_in_loop",
     "settle_unknown",
+    "unknown_calls",
 ]
 
 NOT_DONE_OUTPUT: Final = (
@@ -105,7 +134,9 @@ async def settle_unknown(
             notes[call_id] = verdict.note
         result(call_id, INTERRUPTED_TOOL_OUTPUT, "interrupted")
         interrupted.append(call_id)
+    blocked = tuple(c.call_id for c in unknown_calls(session) if c.blocks)
     return Settled(
+        blocked=blocked,
         interrupted=tuple(interrupted),
         done=tuple(done),
         not_done=tuple(not_done),
@@ -139,3 +170,168 @@ async def recover_or_let_go(loop: _Recoverable, continue_turn: bool) -> Recovery
         with contextlib.suppress(TurnkeepError):
             await loop.host.sessions.close(loop.session_id)
         raise
+
+
+@attrs.frozen
+class UnknownCall:
+    """A call whose recorded result says its outcome is unknown, not yet resolved.
+
+    Attributes:
+        call_id: the call.
+        name: its tool.
+        blocks: its `tool/call` says `on_unknown: block`.
+    """
+
+    call_id: str
+    name: str
+    blocks: bool
+
+
+@attrs.define(eq=False)
+class _Scan:
+    """What one session's log says about unknown calls, read up to `read`."""
+
+    read: int = 0
+    calls: dict[str, ToolCall] = attrs.field(factory=dict[str, ToolCall])
+    answered: set[str] = attrs.field(factory=set[str])
+    unknown: dict[str, UnknownCall] = attrs.field(factory=dict[str, UnknownCall])
+    last: SessionEvent | None = None
+
+    def extend(self, log: Sequence[SessionEvent]) -> None:
+        for event in log[self.read :]:
+            if isinstance(event, ToolCall):
+                self.calls[event.data.call_id] = event
+            elif isinstance(event, ToolResult):
+                call_id = event.data.call_id
+                call = self.calls.get(call_id)
+                if call is None or call_id in self.answered:
+                    continue  # a result without a call, or a second one
+                self.answered.add(call_id)
+                if event.data.status == "interrupted" and call.data.replay != "safe":
+                    blocks = call.data.on_unknown == "block"
+                    self.unknown[call_id] = UnknownCall(call_id, call.data.name, blocks)
+            elif isinstance(event, EffectResolved):
+                self.unknown.pop(event.data.call_id, None)
+        self.read = len(log)
+        self.last = log[-1] if log else None
+
+
+_scans: Final = weakref.WeakKeyDictionary[Session, _Scan]()
+
+
+def unknown_calls(session: Session) -> list[UnknownCall]:
+    """The session's calls whose outcome is unknown and unresolved, in log order."""
+    log = session.events
+    scan = _scans.get(session)
+    if (
+        scan is None
+        or len(log) < scan.read
+        or (scan.read and log[scan.read - 1] is not scan.last)
+    ):
+        scan = _scans[session] = _Scan()  # another log than the one read
+    scan.extend(log)
+    return list(scan.unknown.values())
+
+
+def refuse_if_blocked(session: Session) -> None:
+    """Raise `EffectBlockedError` if an unknown call of `session` blocks turns."""
+    blocking = [(c.call_id, c.name) for c in unknown_calls(session) if c.blocks]
+    if blocking:
+        raise EffectBlockedError(session.id, blocking)
+
+
+async def resolve_effect(
+    session: Session,
+    call_id: str,
+    *,
+    done: bool,
+    result: str | None = None,
+    by: str | None = None,
+    reason: str = "",
+) -> EffectResolved:
+    """Record that call `call_id`, of unknown outcome, did or did not take effect.
+
+    Appends `effect/resolved` and flushes it: durable when this returns. With
+    `done`, `result` is what the model is told the call returned (default: a
+    sentence saying it took effect); the model's history gains a note at this
+    point of the log. `by` defaults to this user, host and process.
+
+    Raises:
+        CallNotFoundError: the session has no call `call_id`.
+        EffectNotUnknownError: the call's outcome is not unknown (it has a
+            result, was resolved already, or its turn was never recovered).
+        FlushError: the resolution could not be made durable (it stays in
+            memory; the next flush retries).
+    """
+    unknown = {c.call_id: c for c in unknown_calls(session)}
+    if call_id not in unknown:
+        if not any(
+            isinstance(e, ToolCall) and e.data.call_id == call_id
+            for e in session.events
+        ):
+            raise CallNotFoundError(
+                f"session {session.id!r} has no tool call {call_id!r}; "
+                "nothing was changed"
+            )
+        raise EffectNotUnknownError(
+            f"call {call_id} of session {session.id!r} is not of unknown outcome "
+            "(it has a result, was resolved already, or its turn awaits "
+            "recovery); nothing was changed"
+        )
+    if result is not None and not done:
+        raise EffectNotUnknownError("a result is given only for a call that was done")
+    text = result if result is not None else (DONE_OUTPUT if done else None)
+    event = session.append(
+        EffectResolvedData(
+            call_id=call_id,
+            outcome="done" if done else "not_done",
+            result=text,
+            by=by if by is not None else _who(),
+            reason=reason,
+        )
+    )
+    await session.flush()
+    assert isinstance(event, EffectResolved)  # noqa: S101 - its payload's event
+    return event
+
+
+DONE_OUTPUT: Final = "It took effect (confirmed after the interruption)."
+"""The result recorded for a call resolved as done without a result text."""
+
+
+def _who() -> str:
+    identity = current_identity()
+    return f"{getpass.getuser()}@{identity.host} pid {identity.pid}"
+
+
+async def resolve_in_loop(
+    loop: _Recoverable,
+    call_id: str,
+    *,
+    done: bool,
+    result: str | None = None,
+    by: str | None = None,
+    reason: str = "",
+) -> EffectResolved:
+    """`AgentLoop.resolve`: settle a call of unknown outcome in the loop's session.
+
+    `done=True` says the call took effect (`result`: what the model is told
+    it returned), `done=False` that it did not (the model may call it
+    again). Recorded as a durable `effect/resolved` event naming `by` (who:
+    default this user, host and pid) and `reason` (why); a session blocked
+    by this call accepts turns again once no blocking call is left.
+
+    Raises:
+        TurnInProgressError: a turn is running on the session.
+        CallNotFoundError, EffectNotUnknownError, FlushError: as
+            `resolve_effect`.
+    """
+    session = loop.host.sessions.get(loop.session_id)
+    if session.turn_holder is not None:
+        raise TurnInProgressError(
+            f"session {session.id!r} is running a turn; resolve calls between "
+            "turns (nothing was changed)"
+        )
+    return await resolve_effect(
+        session, call_id, done=done, result=result, by=by, reason=reason
+    )

@@ -39,7 +39,7 @@ from turnkeep.agent.context import (
     check_setup,
 )
 from turnkeep.agent.deprecations import deprecated, session_and_text, session_arg
-from turnkeep.agent.effects import recover_or_let_go
+from turnkeep.agent.effects import recover_or_let_go, resolve_in_loop
 from turnkeep.agent.gate import DurabilityGate
 from turnkeep.agent.models import Model
 from turnkeep.agent.recovery import RecoveryReport, open_turn
@@ -287,10 +287,7 @@ class AgentLoop:
         return self._plan.current(settings, self.model, self.tools)
 
     def new_session(self, session_id: str | None = None) -> str:
-        """Deprecated: start another live session; hold one loop per session.
-
-        Use `AgentLoop.create(...)` for each conversation instead.
-        """
+        """Deprecated: another live session; use `AgentLoop.create` per conversation."""
         deprecated(
             "new_session()", "AgentLoop.create(...) per conversation", stacklevel=3
         )
@@ -398,6 +395,8 @@ class AgentLoop:
         request_cancel(running)
         outcome: Outcome = await asyncio.shield(running.task)
         return outcome.result
+
+    resolve = resolve_in_loop  # settles a call of unknown outcome (see there)
 
     def running(self, session_id: str | None = None) -> bool:
         """Whether a turn (or recovery) is running on the session."""

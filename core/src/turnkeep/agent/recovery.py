@@ -143,6 +143,8 @@ class Settled:
         not_done: calls a reconciler found had not.
         by: the plugin that settled each call of `done` and `not_done`.
         notes: why a call stayed unknown, when there is something to say.
+        blocked: the session's unknown calls that block turns (of this turn
+            or earlier ones), after recovery.
     """
 
     interrupted: tuple[str, ...] = ()
@@ -150,6 +152,7 @@ class Settled:
     not_done: tuple[str, ...] = ()
     by: dict[str, str] = attrs.field(factory=dict[str, str])
     notes: dict[str, str] = attrs.field(factory=dict[str, str])
+    blocked: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -219,6 +222,12 @@ class RecoveryReport:
             self.settled.not_done
         ):
             lines.append("- No tool call was left without a result.")
+        if self.settled.blocked:
+            lines.append(
+                f"- BLOCKED: the outcome of {', '.join(self.settled.blocked)} is "
+                "unknown and its tool blocks new turns until a person resolves "
+                "it (turnkeep resolve, or AgentLoop.resolve)."
+            )
         lines.append(
             "The turn was continued by asking the model again."
             if self.continued

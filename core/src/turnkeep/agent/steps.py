@@ -30,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar, cast
 
 import attrs
 
+from turnkeep.agent import tools as _tools
 from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
 from turnkeep.agent.context import ContextPlan
-from turnkeep.agent.effects import Reconciler, settle_unknown
+from turnkeep.agent.effects import Reconciler, refuse_if_blocked, settle_unknown
 from turnkeep.agent.history import history_of
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
@@ -127,6 +129,7 @@ class TurnRunner:
     async def new_turn(self, text: str) -> TurnResult:
         """Start the next turn with the user's message and run it to its end."""
         session = self.session
+        refuse_if_blocked(session)  # before anything is appended or asked
         turn = last_turn_number(session.events) + 1
         self.meter.start()
         start = self._emit(TurnStart, TurnStartData(turn=turn))
@@ -159,9 +162,11 @@ class TurnRunner:
         names = {c.data.call_id: c.data.name for c in found.unanswered}
         rerun = [c.data for c in found.unanswered if self._may_rerun(c.data)]
         unsafe = [c for c in found.unanswered if not self._may_rerun(c.data)]
+        emit = functools.partial(self._emit, SessionEvent)
         settled = await settle_unknown(
-            session, unsafe, self.reconcile, self._emit_data, self._result
+            session, unsafe, self.reconcile, emit, self._result
         )
+        continue_turn = continue_turn and not settled.blocked  # a person decides
         if unsafe:
             # Their results are durable before anything else runs (R8): a
             # crash from here on finds them answered.
@@ -352,6 +357,7 @@ class TurnRunner:
         replay = replay_policy(tool) if tool is not None else "unsafe"
         call_id = call_id_for(session.id, session.next_seq)
         arguments = dict(request.arguments)
+        policy = _tools.unknown_policy(tool, arguments) if tool else "report"
         try:
             self._emit(
                 ToolCall,
@@ -360,6 +366,7 @@ class TurnRunner:
                     name=request.name,
                     arguments=arguments,
                     replay=replay,
+                    on_unknown=policy,
                 ),
             )
         except EventRejectedError as exc:
@@ -467,9 +474,6 @@ class TurnRunner:
         for sink in self.running.sinks:
             sink(event)
         return event
-
-    def _emit_data(self, data: object) -> SessionEvent:
-        return self._emit(SessionEvent, data)
 
     def _result(self, call_id: str, output: str, status: ToolResultStatus) -> None:
         try:
