@@ -18,8 +18,9 @@ same run; its `AsyncSQLiteSession` (aiosqlite) is measured too when
 importable. turnkeep runs on SQLite, JSONL and PostgreSQL (the server of
 `TURNKEEP_BENCH_POSTGRES_DSN`, else `TURNKEEP_TEST_POSTGRES_DSN`, else
 `postgres@127.0.0.1/test`; skipped with a message when it does not answer).
-The SDK's SQLAlchemy session is not measured: SQLAlchemy and an async
-PostgreSQL driver are not among this repository's dependencies.
+The SDK's `SQLAlchemySession` runs beside them on SQLite (aiosqlite) and on
+the same PostgreSQL server (psycopg's async driver), each with one engine
+for all its sessions, as the SDK's docs advise.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ DSN = os.environ.get(
     ),
 )
 SCHEMA = f"tk_bench_oai_{os.getpid()}"
+SDK_SCHEMA = f"{SCHEMA}_sdk"
 BASELINE = "SQLiteSession (SDK)"
 
 agents.set_tracing_disabled(True)
@@ -94,7 +96,7 @@ def _pg_up() -> bool:
     return True
 
 
-def _pg_bytes() -> int:
+def _pg_bytes(schema: str = SCHEMA) -> int:
     import psycopg
 
     with psycopg.connect(DSN, autocommit=True) as conn:
@@ -102,19 +104,22 @@ def _pg_bytes() -> int:
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relkind = 'r'",
-            (SCHEMA,),
+            (schema,),
         ).fetchone()
     return int(row[0]) if row else 0
 
 
-def _pg_drop() -> None:
+def _pg_drop(*, create: bool = False) -> None:
+    """Drop the run's schemas (turnkeep's, the SDK's); `create`: make them anew."""
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA))
-        )
+        for schema in (SCHEMA, SDK_SCHEMA):
+            name = sql.Identifier(schema)
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(name))
+            if create and schema == SDK_SCHEMA:  # turnkeep makes its own
+                conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
 
 
 def _dir_bytes(root: Path) -> int:
@@ -150,18 +155,56 @@ def contestants(root: Path) -> dict[str, tuple[Opener, Callable[[], int]]]:
         lambda i: TurnkeepSession(i, f"jsonl:{store}"),
         lambda: _dir_bytes(store),
     )
+    alchemy = root / "alchemy" / "alchemy.db"
+    alchemy.parent.mkdir()
+    found["SQLAlchemySession sqlite (SDK)"] = (
+        _alchemy(f"sqlite+aiosqlite:///{alchemy}"),
+        lambda: _dir_bytes(alchemy.parent),
+    )
     if _pg_up():
-        _pg_drop()
+        _pg_drop(create=True)
         spec = f"postgres:{DSN}?schema={SCHEMA}"
         found["TurnkeepSession postgres"] = (
             lambda i: TurnkeepSession(i, spec),
             _pg_bytes,
+        )
+        url = DSN.replace("postgresql://", "postgresql+psycopg://", 1)
+        found["SQLAlchemySession postgres (SDK)"] = (
+            _alchemy(url, schema=SDK_SCHEMA),
+            lambda: _pg_bytes(SDK_SCHEMA),
         )
     else:
         print(
             f"  (TurnkeepSession postgres skipped: no server at {DSN.split('@')[-1]})"
         )
     return found
+
+
+def _alchemy(url: str, *, schema: str | None = None) -> Opener:
+    """Sessions of the SDK's `SQLAlchemySession` sharing one engine.
+
+    The engine is made at the first session, inside the run's event loop
+    (an async engine belongs to its loop); closing a session disposes of the
+    engine's pooled connections (the engine makes new ones when used again).
+    """
+    from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+    from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+    engines: list[AsyncEngine] = []
+
+    class Closing(SQLAlchemySession):
+        async def close(self) -> None:
+            await engines[0].dispose()
+
+    def open_session(session_id: str) -> Session:
+        if not engines:
+            options: dict[str, Any] = {}
+            if schema is not None:  # its tables in the schema the run drops
+                options["connect_args"] = {"options": f"-c search_path={schema}"}
+            engines.append(create_async_engine(url, **options))
+        return Closing(session_id, engine=engines[0], create_tables=True)
+
+    return open_session
 
 
 async def close(session: Session) -> None:

@@ -27,6 +27,8 @@ def test_every_contestant_has_every_figure(monkeypatch: pytest.MonkeyPatch) -> N
         "TurnkeepSession sqlite",
         "TurnkeepSession jsonl",
         "TurnkeepSession postgres",
+        "SQLAlchemySession sqlite (SDK)",
+        "SQLAlchemySession postgres (SDK)",
     } <= set(contestants)
     for name, figures in contestants.items():
         for key, _ in bench.COLUMNS:
