@@ -24,6 +24,7 @@ COMMANDS = (
     "repair",
     "recover",
     "resolve",
+    "cancel",
     "export",
     "import",
     "backup",

@@ -14,8 +14,10 @@ BROKEN = textwrap.dedent(
     import msgspec
     import pytest
 
+    from turnkeep.cancelrequest import check_reason, next_request
     from turnkeep.conformance import (
-        AppendContract, CrashTailContract, DeleteContract, FollowContract,
+        AppendContract, CancelRequestContract, CrashTailContract, DeleteContract,
+        FollowContract,
         FormatVersionContract,
         HeldContract, IdsContract, ListContract, ListFilterContract,
         LoadAfterContract, LoadContract, MetadataContract, OwnershipContract,
@@ -578,6 +580,72 @@ BROKEN = textwrap.dedent(
         broken = HearsOnlyItself
 
 
+    MINE = {}
+    KEPT = {}
+
+
+    class HearsOnlyItsOwnRequests(MemoryPersistence):
+        """Keeps requests in the instance: another process never sees them."""
+
+        async def request_cancel(self, session_id, reason):
+            check_reason(reason)
+            self._stored(session_id)
+            key = (id(self), session_id)
+            MINE[key] = next_request(MINE.get(key), reason)
+            return MINE[key]
+
+        async def cancel_requested(self, session_id, after):
+            self._stored(session_id)
+            found = MINE.get((id(self), session_id))
+            return found if found is not None and found.number > after else None
+
+
+    class IgnoresAfter(MemoryPersistence):
+        """Answers the latest request however old: every turn is cancelled."""
+
+        async def cancel_requested(self, session_id, after):
+            return self._stored(session_id).cancel
+
+
+    class KeepsRequestsPastDelete(MemoryPersistence):
+        """Keeps requests by id in the store: a new session of the id inherits."""
+
+        async def request_cancel(self, session_id, reason):
+            check_reason(reason)
+            self._stored(session_id)
+            key = (id(self.storage), session_id)
+            KEPT[key] = next_request(KEPT.get(key), reason)
+            return KEPT[key]
+
+        async def cancel_requested(self, session_id, after):
+            self._stored(session_id)
+            found = KEPT.get((id(self.storage), session_id))
+            return found if found is not None and found.number > after else None
+
+
+    class CancelHarness(CancelRequestContract):
+        supports_cancel_requests = True
+        supports_held = True
+        broken = MemoryPersistence
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: self.broken(storage)
+
+
+    class TestHearsOnlyItsOwnRequests(CancelHarness):
+        broken = HearsOnlyItsOwnRequests
+
+
+    class TestIgnoresAfter(CancelHarness):
+        broken = IgnoresAfter
+
+
+    class TestKeepsRequestsPastDelete(CancelHarness):
+        broken = KeepsRequestsPastDelete
+
+
     class LoadAfterHarness(LoadAfterContract):
         supports_load_after = True
         broken = MemoryPersistence
@@ -723,6 +791,18 @@ EXPECTED_FAILURES = {
     "TestHearsOnlyItself": {
         "test_a_commit_by_another_instance_wakes_the_follower",
         "test_a_deleted_session_ends_the_wait",
+    },
+    "TestHearsOnlyItsOwnRequests": {
+        "test_a_request_by_another_instance_is_seen_by_the_owner",
+        "test_a_request_leaves_the_log_and_the_owner_undisturbed",
+        "test_requests_survive_a_reopen_and_go_with_a_delete",
+        "test_without_a_live_owner_the_answer_says_so_and_nothing_is_kept",
+    },
+    "TestIgnoresAfter": {
+        "test_a_request_by_another_instance_is_seen_by_the_owner",
+    },
+    "TestKeepsRequestsPastDelete": {
+        "test_requests_survive_a_reopen_and_go_with_a_delete",
     },
     "TestKeepsDeletedText": {
         "test_delete_leaves_nothing_of_the_session_in_the_store",

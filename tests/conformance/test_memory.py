@@ -51,6 +51,7 @@ class TestMemoryBackend(PersistenceContract):
     supports_load_after = True
     supports_owner_death = True
     supports_wait_for_commit = True
+    supports_cancel_requests = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:

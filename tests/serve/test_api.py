@@ -192,7 +192,8 @@ async def test_unknown_routes_and_methods_answer_json(
         assert wrong.status_code == 405
         assert wrong.json()["code"] == "method-not-allowed"
         cancel = await client.post("/sessions/s-one/cancel", json={"confirm": True})
-        assert cancel.status_code == 404  # no cross-process cancel yet
+        assert cancel.status_code == 403  # a write, and no token is configured
+        assert cancel.json()["code"] == "writes-disabled"
 
 
 async def test_storage_failure_is_503_and_a_bug_500_without_traceback(

@@ -100,7 +100,11 @@ async def test_followers_see_every_commit_once_in_order(store: Store) -> None:
             from turnkeep.testing import ScriptedModel
 
             loop = await AgentLoop.resume(
-                "w", "s-one", host=host, model=ScriptedModel(["a", "b", "c"])
+                "w",
+                "s-one",
+                host=host,
+                model=ScriptedModel(["a", "b", "c"]),
+                context="override",  # another model, no tools: a new context
             )
             for prompt in ("two", "three"):
                 await loop.run_turn(prompt)
@@ -169,7 +173,11 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
             from turnkeep.testing import ScriptedModel
 
             loop = await AgentLoop.resume(
-                "w", "s-one", host=writer, model=ScriptedModel(["a", "b"])
+                "w",
+                "s-one",
+                host=writer,
+                model=ScriptedModel(["a", "b"]),
+                context="override",  # another model, no tools: a new context
             )
             await loop.run_turn("two")
             await loop.run_turn("three")
@@ -229,7 +237,11 @@ async def test_a_stream_that_falls_behind_ends_with_dropped(
                 from turnkeep.testing import ScriptedModel
 
                 loop = await AgentLoop.resume(
-                    "w", "s-one", host=writer, model=ScriptedModel(["a", "b"])
+                    "w",
+                    "s-one",
+                    host=writer,
+                    model=ScriptedModel(["a", "b"]),
+                    context="override",  # another model, no tools: a new context
                 )
                 await loop.run_turn("two")
                 await loop.run_turn("three")

@@ -27,6 +27,7 @@ from turnkeep.turnerrors import (
 
 __all__ = [
     "CallNotFoundError",
+    "CancelUnsupportedError",
     "ConfigurationError",
     "ContextMismatchError",
     "EffectBlockedError",
@@ -302,6 +303,12 @@ class StorageError(PersistenceError, OSError):
     """
 
     code = "storage"
+
+
+class CancelUnsupportedError(PersistenceError):
+    """The backend cannot record a cancel request for another process."""
+
+    code = "cancel-unsupported"
 
 
 class SequenceError(PersistenceError, ValueError):

@@ -23,6 +23,7 @@ import attrs
 import msgspec
 
 from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
+from turnkeep.cancelrequest import CancelRequest, check_reason, next_request
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     InvalidCursorError,
@@ -50,6 +51,8 @@ _owner_tokens = itertools.count(1)
 class _Stored:
     meta: SessionMeta
     events: list[bytes] = attrs.field(factory=list[bytes])
+    cancel: CancelRequest | None = None
+    """The latest cancel request (it goes with the session)."""
 
 
 @attrs.define(eq=False)
@@ -197,6 +200,20 @@ class MemoryPersistence:
             followers.discard(wake)
             if not followers:
                 self.storage.followers.pop(session_id, None)
+
+    async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:
+        """Record a request to cancel the running turn (no ownership needed)."""
+        check_reason(reason)
+        stored = self._stored(session_id)
+        stored.cancel = next_request(stored.cancel, reason)
+        return stored.cancel
+
+    async def cancel_requested(
+        self, session_id: str, after: int
+    ) -> CancelRequest | None:
+        """The latest cancel request numbered above `after`, or `None`."""
+        request = self._stored(session_id).cancel
+        return request if request is not None and request.number > after else None
 
     async def list(
         self,

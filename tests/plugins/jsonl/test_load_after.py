@@ -16,7 +16,7 @@ import pytest
 
 from plugins.jsonl.helpers import meta, raws, turns, write_session
 from support.faultyops import NoSyncFileOps
-from turnkeep.errors import SessionCorruptError
+from turnkeep.errors import SessionCorruptError, StorageError
 from turnkeep_jsonl import JsonlPersistence
 from turnkeep_jsonl.names import LOG_SUFFIX, session_name
 
@@ -131,5 +131,26 @@ async def test_damage_in_the_range_read_is_an_error(store: Path) -> None:
         first = len(everything) - len(batches[-1]) - len(batches[-2])
         with pytest.raises(SessionCorruptError):
             await backend.load_after("s", first - 1, 100)
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_cancel_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    write_session(root, turns(1))
+    backend = JsonlPersistence(root)
+    try:
+        request = await backend.request_cancel("s", "stop")
+        (side,) = root.rglob("*.cancel")
+        assert side.name == session_name("s") + ".cancel"
+        assert await backend.cancel_requested("s", 0) == request
+        side.write_bytes(b"{not json")
+        with pytest.raises(StorageError, match=r"\.cancel"):
+            await backend.cancel_requested("s", 0)
+        with pytest.raises(StorageError):
+            await backend.request_cancel("s", "again")
+        await backend.delete("s")
+        assert not side.exists()
     finally:
         await backend.aclose()

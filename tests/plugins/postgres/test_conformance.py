@@ -102,6 +102,7 @@ class TestPostgresBackend(PersistenceContract):
     supports_held = True
     supports_load_after = True
     supports_wait_for_commit = True
+    supports_cancel_requests = True
     supports_owner_death = True
 
     @pytest.fixture

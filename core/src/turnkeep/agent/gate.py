@@ -5,6 +5,8 @@ Before a turn (or recovery) runs, `DurabilityGate.admit` makes sure that
 - a session with nothing stored yet is registered with the backend, so an
   id that is already stored is refused with `SessionExistsError` before any
   model call (and the refused session is dropped, not left trapped);
+- the turn watches for cancel requests from other processes
+  (`turnkeep.agent.remotecancel`) from here until it ends;
 - everything the previous turn appended is durable (R7): if its flush
   failed, it is retried once, and if it still fails the turn is refused
   with `TurnNotDurableError`, the events kept in memory, in order; if the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import attrs
 
+from turnkeep.agent.remotecancel import watch
 from turnkeep.agent.turns import Running
 from turnkeep.errors import (
     FlushError,
@@ -50,6 +53,7 @@ class DurabilityGate:
             TurnNotDurableError: the previous turn still cannot be flushed.
         """
         session = running.session
+        watch(self.host, running)  # until the turn ends: cancel from elsewhere
         if session.origin != "resumed":
             try:
                 await self.host.register_session(session)

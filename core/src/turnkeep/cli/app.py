@@ -10,6 +10,7 @@ import click
 
 from turnkeep.cli import (
     backup,
+    cancel,
     checks,
     conformance,
     dev,
@@ -50,6 +51,7 @@ def cli(ctx: click.Context) -> None:
 
 for _module in (
     sessions,
+    cancel,
     retention,
     view,
     checks,

@@ -26,6 +26,7 @@ pytest-asyncio.
 from __future__ import annotations
 
 from ._append import AppendContract
+from ._cancel import CancelRequestContract
 from ._damage import CrashTailContract, FormatVersionContract
 from ._delete import DeleteContract
 from ._follow import FollowContract
@@ -46,6 +47,7 @@ __all__ = [
     "HOSTILE_IDS",
     "AppendContract",
     "BackendHarness",
+    "CancelRequestContract",
     "CrashTailContract",
     "DeleteContract",
     "FollowContract",
@@ -83,5 +85,6 @@ class PersistenceContract(
     HeldContract,
     LoadAfterContract,
     FollowContract,
+    CancelRequestContract,
 ):
     """Every contract at once."""

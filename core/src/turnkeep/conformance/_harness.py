@@ -77,6 +77,8 @@ class BackendHarness:
         supports_owner_death: `kill_owner` is implemented.
         supports_wait_for_commit: the backend has the optional
             `wait_for_commit` method.
+        supports_cancel_requests: the backend has the optional
+            `request_cancel` and `cancel_requested` methods.
         supports_list_filter: `list` takes `where=` and filters natively
             (true by default; a backend written before filters existed
             declares false, and the kit checks core's fallback over it).
@@ -99,6 +101,7 @@ class BackendHarness:
     supports_summary_append: ClassVar[bool] = True
     supports_list_filter: ClassVar[bool] = True
     supports_wait_for_commit: ClassVar[bool] = False
+    supports_cancel_requests: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from turnkeep.agent.messages import derive_messages
 from turnkeep.agent.sweep import recover_interrupted
+from turnkeep.cancelrequest import ask_to_cancel
 from turnkeep.config import ServeConfig
 from turnkeep.host import Host
 from turnkeep.ids import validate_session_id
@@ -37,6 +38,7 @@ from turnkeep.serve.listing import SessionQuery, list_page
 from turnkeep.serve.problems import Problem, json_response
 from turnkeep.serve.query import int_param, json_body, status_param, time_param
 from turnkeep.serve.views import (
+    CancelView,
     EventsView,
     RecoveredView,
     RecoverView,
@@ -256,6 +258,51 @@ class Api:
                 return
 
     # -- writes ------------------------------------------------------------
+
+    async def cancel(self, request: Request) -> Response:
+        """`POST /sessions/{id}/cancel` with `{"confirm": true}`: cancel its turn.
+
+        Records a request for the process that runs the session's turn
+        (`turnkeep.cancelrequest`), which ends it `cancelled` within about a
+        fifth of a second. Any other body is refused (400,
+        `confirmation-required`) before anything is looked up or written; a
+        session no live process holds has no running turn: 409,
+        `no-running-turn`, nothing recorded.
+        """
+        self.guard.check(request, write=True)
+        session_id = validate_session_id(request.path_params["session_id"])
+        body = await json_body(request, self.config.max_body)
+        if not (
+            isinstance(body, dict)
+            and body.keys() == {"confirm"}
+            and body["confirm"] is True
+        ):
+            raise Problem(
+                400,
+                "confirmation-required",
+                'cancelling a turn needs the body {"confirm": true}; nothing was done',
+            )
+        answer = await ask_to_cancel(
+            self.backend,
+            session_id,
+            "turnkeep serve",
+            name=self.host.persistence_name or "?",
+        )
+        if answer.request is None:
+            raise Problem(
+                409,
+                "no-running-turn",
+                "no live process holds this session, so no turn is running; "
+                "nothing was requested",
+            )
+        return json_response(
+            CancelView(
+                session_id=session_id,
+                request=answer.request.number,
+                requested_at=answer.request.requested_at,
+            ),
+            status=202,
+        )
 
     async def recover(self, request: Request) -> Response:
         """`POST /recover`: settle the sessions a crash left inside a turn."""

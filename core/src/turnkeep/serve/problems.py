@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from turnkeep.errors import (
+    CancelUnsupportedError,
     EventDecodeError,
     InvalidCursorError,
     InvalidListFilterError,
@@ -100,6 +101,7 @@ _STATUS: Final[tuple[tuple[type[TurnkeepError], int], ...]] = (
     (InvalidCursorError, 400),
     (InvalidListFilterError, 400),
     (SessionNotFoundError, 404),
+    (CancelUnsupportedError, 501),
     (SessionCorruptError, 500),
     (UnsupportedFormatError, 500),
     (EventDecodeError, 500),

@@ -23,6 +23,7 @@ from turnkeep.events import (
 from turnkeep.meta import SessionMeta
 
 __all__ = [
+    "CancelView",
     "EventsView",
     "LogView",
     "ParentView",
@@ -124,6 +125,14 @@ class RecoveredView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     action: str
     detail: str | None = None
     error: str | None = None
+
+
+class CancelView(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /sessions/{id}/cancel`: the request recorded for the session's owner."""
+
+    session_id: str
+    request: int
+    requested_at: int
 
 
 class RecoverView(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from turnkeep.backup import BackupReport
+from turnkeep.cancelrequest import CancelRequest, check_reason
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
 from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
 from turnkeep.follow import check_wait
@@ -32,6 +33,7 @@ from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
 
+from . import cancel
 from .backup import backup
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
@@ -168,6 +170,42 @@ class JsonlPersistence:
             after_seq,
             within,
         )
+
+    async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:
+        """Record a request to cancel the running turn (`turnkeep_jsonl.cancel`).
+
+        Takes no lock and never touches the log.
+        """
+        session_id = validate_session_id(session_id)
+        check_reason(reason)
+        return await self._run(self._cancel, session_id, reason)
+
+    async def cancel_requested(
+        self, session_id: str, after: int
+    ) -> CancelRequest | None:
+        """The latest cancel request numbered above `after` (one small read)."""
+        session_id = validate_session_id(session_id)
+        return await self._run(self._cancel_requested, session_id, after)
+
+    def _cancel(self, session_id: str, reason: str) -> CancelRequest:
+        stem, gfd = self._impl.reads.locate(session_id)
+        try:
+            return cancel.request_cancel(self._impl.store, gfd, stem, reason)
+        except StorageError:
+            raise  # the file's content, already said
+        except OSError as exc:
+            raise storage_error(
+                f"cannot record a cancel of {session_id!r}", exc
+            ) from exc
+
+    def _cancel_requested(self, session_id: str, after: int) -> CancelRequest | None:
+        stem, gfd = self._impl.reads.locate(session_id)
+        try:
+            return cancel.cancel_requested(self._impl.store, gfd, stem, after)
+        except StorageError:
+            raise  # the file's content, already said
+        except OSError as exc:
+            raise storage_error(f"cannot read a cancel of {session_id!r}", exc) from exc
 
     async def list(
         self,

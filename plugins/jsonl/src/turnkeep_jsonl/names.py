@@ -17,6 +17,7 @@ import re
 from typing import Final
 
 __all__ = [
+    "CANCEL_SUFFIX",
     "CATALOG",
     "CATALOG_LOCK",
     "GROUP_PREFIX",
@@ -35,6 +36,7 @@ __all__ = [
 
 LOG_SUFFIX: Final = ".jsonl"
 SIDECAR_SUFFIX: Final = ".meta"
+CANCEL_SUFFIX: Final = ".cancel"
 LOCK_SUFFIX: Final = ".lock"
 QUARANTINE_SUFFIX: Final = ".broken"
 TEMP_SUFFIX: Final = ".tmp"

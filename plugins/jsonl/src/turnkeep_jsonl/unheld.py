@@ -31,6 +31,7 @@ from .handle import Handle, check_watermark, scan_log
 from .listing import Run, run_of
 from .locks import lock, unlock
 from .names import (
+    CANCEL_SUFFIX,
     LOG_SUFFIX,
     QUARANTINE_DIR,
     QUARANTINE_SUFFIX,
@@ -82,6 +83,14 @@ class Unheld:
         if self.store.root(create=False) is None:
             return False
         return self.store.find(stem) is not None
+
+    def locate(self, session_id: str) -> tuple[str, int]:
+        """The session's stem and the descriptor of the directory of its log.
+
+        Raises:
+            SessionNotFoundError: no log is stored under this id.
+        """
+        return self._locate(session_id)
 
     def _locate(self, session_id: str) -> tuple[str, int]:
         """The session's stem and the descriptor of the directory of its log."""
@@ -290,6 +299,7 @@ class Unheld:
             except FileNotFoundError as exc:
                 raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
             self.store.discard(gfd, stem + SIDECAR_SUFFIX)
+            self.store.discard(gfd, stem + CANCEL_SUFFIX)
             self._drop_quarantine(stem)
             self._drop_temporary(gfd, stem)
             ops.fsync_dir(gfd)

@@ -28,6 +28,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from turnkeep.backendkit import DamagedSessions, outcome_unknown
+from turnkeep.cancelrequest import CancelRequest, check_reason
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     FlushOutcomeUnknownError,
@@ -43,7 +44,7 @@ from turnkeep.ids import validate_session_id
 from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
-from turnkeep_postgres import reads, writes
+from turnkeep_postgres import cancel, reads, writes
 from turnkeep_postgres.config import PostgresConfig
 from turnkeep_postgres.follow import CommitListener
 from turnkeep_postgres.schema import check_server, configure_connection, migrate
@@ -254,6 +255,31 @@ class PostgresPersistence:
             self._listener = CommitListener(connect, config.schema, self._where)
         return await self._listener.wait(
             session_id, lambda: self.last_seq(session_id), after_seq, within
+        )
+
+    async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:
+        """Record a request to cancel the running turn (`turnkeep_postgres.cancel`).
+
+        One statement of its own; no lease taken, no event touched; its
+        `NOTIFY` wakes the owner.
+        """
+        session_id = validate_session_id(session_id)
+        check_reason(reason)
+        schema = self.config.schema
+        return await self._read(
+            f"recording a cancel of {session_id!r}",
+            lambda conn, _: cancel.request_cancel(conn, schema, session_id, reason),
+        )
+
+    async def cancel_requested(
+        self, session_id: str, after: int
+    ) -> CancelRequest | None:
+        """The latest cancel request numbered above `after` (one lookup)."""
+        session_id = validate_session_id(session_id)
+        schema = self.config.schema
+        return await self._read(
+            f"reading the cancel requests of {session_id!r}",
+            lambda conn, _: cancel.cancel_requested(conn, schema, session_id, after),
         )
 
     async def list(

@@ -58,6 +58,7 @@ __all__ = [
     "Migration",
     "ServerSettings",
     "Step",
+    "cancel_channel",
     "check_server",
     "commit_channel",
     "configure_connection",
@@ -68,7 +69,7 @@ __all__ = [
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The schema version this code writes and the newest it reads."""
 
 LOCK_NAMESPACE: Final = 0x746B
@@ -292,6 +293,54 @@ def _migration_5(schema: str) -> Migration:
     )
 
 
+def cancel_channel(schema: str) -> str:
+    """The `NOTIFY` channel of `schema`'s cancel requests."""
+    return "turnkeep_cancel_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+def _migration_6(schema: str) -> Migration:
+    """`cancel_requests`: each session's latest request to cancel its turn.
+
+    Written by any process without a lease (`turnkeep_postgres.cancel`); a
+    trigger sends `"<number> <id>"` to `cancel_channel(schema)` from the
+    recording transaction, so the session's owner wakes without polling.
+    """
+    ident = sql.Identifier(schema)
+    sessions = sql.SQL("{}.sessions").format(ident)
+    requests = sql.SQL("{}.cancel_requests").format(ident)
+    function = sql.SQL("{}.turnkeep_cancel_notify").format(ident)
+    channel = sql.Literal(cancel_channel(schema))
+    return Migration(
+        6,
+        "cancel requests",
+        (
+            sql.SQL(
+                """CREATE TABLE IF NOT EXISTS {requests} (
+                    session_id text COLLATE "C" PRIMARY KEY
+                        REFERENCES {sessions} (id) ON DELETE CASCADE,
+                    number bigint NOT NULL CHECK (number >= 1),
+                    reason text NOT NULL,
+                    requested_at bigint NOT NULL
+                )"""
+            ).format(requests=requests, sessions=sessions),
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger"
+                " LANGUAGE plpgsql AS $body$ BEGIN"
+                " PERFORM pg_notify(TG_ARGV[0],"
+                " NEW.number::text || ' ' || NEW.session_id);"
+                " RETURN NEW; END $body$"
+            ).format(function=function),
+            sql.SQL("DROP TRIGGER IF EXISTS cancel_notify ON {requests}").format(
+                requests=requests
+            ),
+            sql.SQL(
+                "CREATE TRIGGER cancel_notify AFTER INSERT OR UPDATE ON {requests}"
+                " FOR EACH ROW EXECUTE FUNCTION {function}({channel})"
+            ).format(requests=requests, function=function, channel=channel),
+        ),
+    )
+
+
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
@@ -301,6 +350,7 @@ def migrations(schema: str) -> tuple[Migration, ...]:
         _migration_3(schema),
         _migration_4(ident),
         _migration_5(schema),
+        _migration_6(schema),
     )
 
 

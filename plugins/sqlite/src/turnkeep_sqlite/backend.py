@@ -28,6 +28,7 @@ import msgspec
 
 from turnkeep.backendkit import DamagedSessions, outcome_unknown
 from turnkeep.backup import BackupReport
+from turnkeep.cancelrequest import CancelRequest, check_reason
 from turnkeep.codec import EventRecord
 from turnkeep.errors import (
     PersistenceError,
@@ -42,7 +43,7 @@ from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
-from turnkeep_sqlite import follow, reads, writes
+from turnkeep_sqlite import cancel, follow, reads, writes
 from turnkeep_sqlite.backup import backup_into, make_target
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
@@ -202,6 +203,26 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         return await follow.wait_for_commit(
             self.config, lambda: self.last_seq(session_id), after_seq, within
+        )
+
+    async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:
+        """Record a request to cancel the running turn (`turnkeep_sqlite.cancel`).
+
+        A short transaction of its own; no writer role, no event touched.
+        """
+        session_id = validate_session_id(session_id)
+        check_reason(reason)
+        return await self._write(
+            lambda tx: cancel.request_cancel(tx, session_id, reason)
+        )
+
+    async def cancel_requested(
+        self, session_id: str, after: int
+    ) -> CancelRequest | None:
+        """The latest cancel request numbered above `after` (one lookup)."""
+        session_id = validate_session_id(session_id)
+        return await self._read(
+            lambda conn: cancel.cancel_requested(conn, session_id, after)
         )
 
     async def read_intact(self, session_id: str) -> IntactLog:

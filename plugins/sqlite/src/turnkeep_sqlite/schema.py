@@ -45,13 +45,14 @@ T = TypeVar("T")
 
 log = logging.getLogger("turnkeep_sqlite")
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema this code writes, and the newest it reads.
 
 1: sessions, events, schema_migrations. 2: `sessions.turns` and
 `sessions.size` (the log's `turn/end` events and event bytes), filled from
 the events of existing sessions. 3: the index `sessions_by_status`, which
-serves `list` filtered by status.
+serves `list` filtered by status. 4: the table `cancel_requests` (each
+session's latest request to cancel its running turn, from any process).
 """
 
 APPLICATION_ID: Final = 0x544B5351
@@ -154,6 +155,18 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
             # newest first, so a page of a rare status reads that page only.
             """CREATE INDEX IF NOT EXISTS sessions_by_status
                 ON sessions (status, updated_at DESC, id) WHERE next_seq > 0""",
+        ),
+    ),
+    (
+        4,
+        _statements(
+            """CREATE TABLE IF NOT EXISTS cancel_requests (
+                session_key  INTEGER PRIMARY KEY
+                             REFERENCES sessions (key) ON DELETE CASCADE,
+                number       INTEGER NOT NULL CHECK (number >= 1),
+                reason       TEXT NOT NULL,
+                requested_at INTEGER NOT NULL
+            )""",
         ),
     ),
 )

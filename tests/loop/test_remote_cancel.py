@@ -1,0 +1,147 @@
+"""Cancel from another process: a request in the store ends the running turn.
+
+The loop's host and the requester are two backend instances over one
+`MemoryStorage` (two processes over one store, as the conformance kit
+models them); `turnkeep cancel` with a real second process is in
+`tests/cli/test_cancel.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import attrs
+import pytest
+from tests.loop.support import SharedMemory, SpyTool, shared_host
+
+from turnkeep import AgentLoop
+from turnkeep.agent import remotecancel
+from turnkeep.agent.turns import (
+    CANCELLED_SAFE_OUTPUT,
+    CANCELLED_UNSAFE_OUTPUT,
+    Running,
+)
+from turnkeep.cancelrequest import ask_to_cancel
+from turnkeep.errors import PersistenceNotConfiguredError, StorageError
+from turnkeep.events import ToolResult, TurnEnd
+from turnkeep.memory import MemoryPersistence
+from turnkeep.testing import EchoModel, Reply, ScriptedCall, ScriptedModel
+
+_BOUND = remotecancel.POLL_SECONDS * 10
+"""A request is acted on within a poll; this leaves room for a busy machine."""
+
+
+@pytest.mark.parametrize(
+    ("replay", "output"),
+    [("unsafe", CANCELLED_UNSAFE_OUTPUT), ("safe", CANCELLED_SAFE_OUTPUT)],
+)
+@pytest.mark.asyncio
+async def test_a_request_from_elsewhere_cancels_a_running_tool(
+    replay: str, output: str
+) -> None:
+    plugin = SharedMemory()
+    async with shared_host(plugin) as host:
+        tool = SpyTool("work", replay=replay, block=True)  # type: ignore[arg-type]
+        model = ScriptedModel([Reply("hi"), Reply("on it", (ScriptedCall("work"),))])
+        loop = AgentLoop.create("a", host=host, model=model, tools=[tool])
+        sid = loop.session_id
+        assert (await loop.run_turn("first")).status == "completed"  # stored
+        running = asyncio.create_task(loop.run_turn("go"))
+        await tool.started.wait()
+        other = MemoryPersistence(plugin.storage)  # another process
+        answer = await ask_to_cancel(other, sid, "stop it")
+        assert answer.owner_alive
+        asked = time.monotonic()
+        result = await asyncio.wait_for(running, _BOUND)
+        assert time.monotonic() - asked < _BOUND
+        assert result.status == "cancelled"
+        assert tool.cancelled == 1
+        events = host.sessions.get(sid).events
+        (tool_result,) = [e for e in events[-4:] if isinstance(e, ToolResult)]
+        assert tool_result.data.output == output
+        end = events[-1]
+        assert isinstance(end, TurnEnd)
+        assert end.data.status == "cancelled"
+        # The session goes on, and the request it acted on is spent.
+        loop.model = EchoModel()
+        assert (await loop.run_turn("again")).status == "completed"
+
+
+@pytest.mark.asyncio
+async def test_a_request_older_than_the_turn_cancels_nothing() -> None:
+    plugin = SharedMemory()
+    async with shared_host(plugin) as host:
+        tool = SpyTool("work", replay="safe", block=True)
+        model = ScriptedModel(
+            [Reply("hi"), Reply("on it", (ScriptedCall("work"),)), Reply("done")]
+        )
+        loop = AgentLoop.create("a", host=host, model=model, tools=[tool])
+        sid = loop.session_id
+        assert (await loop.run_turn("first")).status == "completed"
+        other = MemoryPersistence(plugin.storage)
+        assert (await other.request_cancel(sid, "too early")).number == 1
+        running = asyncio.create_task(loop.run_turn("go"))
+        await tool.started.wait()
+        await asyncio.sleep(remotecancel.POLL_SECONDS * 3)  # several polls
+        assert not running.done()
+        tool.release.set()
+        assert (await running).status == "completed"
+
+
+@pytest.mark.asyncio
+async def test_no_watcher_outlives_its_turn() -> None:
+    plugin = SharedMemory()
+    async with shared_host(plugin) as host:
+        loop = AgentLoop.create("a", host=host, model=EchoModel())
+        for text in ("one", "two", "three"):
+            assert (await loop.run_turn(text)).status == "completed"
+        await asyncio.sleep(0)  # the done callbacks have run
+        names = [t.get_name() for t in asyncio.all_tasks()]
+        assert not [n for n in names if n.startswith("turnkeep cancel watch")]
+
+
+class _FailingProbe(MemoryPersistence):
+    """A store whose cancel probe fails (a server gone for a moment)."""
+
+    async def cancel_requested(self, session_id: str, after: int) -> None:
+        raise StorageError("the server went away")
+
+
+@attrs.define
+class _FakeSession:
+    id: str = "s"
+
+
+@attrs.define
+class _FakeHost:
+    backend: object | None
+
+    def require_persistence(self) -> object:
+        if self.backend is None:
+            raise PersistenceNotConfiguredError("none")
+        return self.backend
+
+
+@pytest.mark.asyncio
+async def test_a_failing_probe_is_logged_and_never_fails_the_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    turn = asyncio.create_task(asyncio.sleep(5))
+    running = Running(session=_FakeSession(), task=turn)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="turnkeep.agent"):
+        remotecancel.watch(_FakeHost(_FailingProbe()), running, interval=0.01)  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+    assert not running.cancel_requested
+    assert not turn.done()
+    assert "could not look for cancel requests of 's'" in caplog.text
+    turn.cancel()
+    # Without a store, or with one that cannot carry requests, nothing watches.
+    before = len(asyncio.all_tasks())
+    other = Running(session=running.session, task=asyncio.create_task(asyncio.sleep(5)))
+    remotecancel.watch(_FakeHost(None), other)  # type: ignore[arg-type]
+    remotecancel.watch(_FakeHost(object()), other)  # type: ignore[arg-type]
+    assert len(asyncio.all_tasks()) == before + 1  # only `other`'s own task
+    assert other.task is not None
+    other.task.cancel()
