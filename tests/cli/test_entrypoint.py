@@ -23,6 +23,8 @@ COMMANDS = (
     "verify",
     "repair",
     "recover",
+    "resolve",
+    "cancel",
     "export",
     "import",
     "backup",

@@ -66,6 +66,7 @@ SAMPLE_DATA: dict[str, object] = {
         "budgets": {"max_steps": 16},
     },
     "run/instructions": {"sha256": "0" * 64, "text": "be brief"},
+    "effect/resolved": {"call_id": "c", "outcome": "done", "result": "ok", "by": "x"},
 }
 
 

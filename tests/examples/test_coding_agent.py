@@ -21,8 +21,8 @@ from turnkeep import AgentLoop, Host, SessionEvent, Tool, ToolContext, derive_me
 from turnkeep.agent import encode_messages
 from turnkeep.agent.openai_compat import OpenAIModel
 from turnkeep.agent.recovery import pairing_problems
-from turnkeep.errors import ToolError
-from turnkeep.events import ToolCall, ToolResult, TurnEnd
+from turnkeep.errors import ContextMismatchError, ToolError
+from turnkeep.events import RunContext, ToolCall, ToolResult, TurnEnd
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 CONTEXT = ToolContext(call_id="call_test", session_id="s", agent_id="a", turn=1)
@@ -387,3 +387,84 @@ def test_tool_arguments_shape(workspace: Workspace) -> None:
         parameters: Mapping[str, Any] = tool.parameters
         assert parameters["type"] == "object"
         assert set(parameters["required"]) <= set(parameters["properties"])
+
+
+def test_a_changed_model_is_refused_on_resume_unless_accepted(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    config = backend_host_config("jsonl", tmp_path)
+    other = ScriptedModel([Reply(text="hello"), Reply(text="again")], name="two")
+
+    async def first() -> str:
+        async with Host(config) as host:
+            loop = await open_agent(
+                host, workspace, model=ScriptedModel([Reply(text="hello")], name="one")
+            )
+            await loop.run_turn("hi")
+            await loop.close()
+            return loop.session_id
+
+    async def refused(session_id: str) -> None:
+        async with Host(config) as host:
+            with pytest.raises(ContextMismatchError, match="one"):
+                await open_agent(host, workspace, model=other, session_id=session_id)
+            assert not host.sessions.list()  # refused and let go
+
+    async def accepted(session_id: str) -> None:
+        async with Host(config) as host:
+            loop = await open_agent(
+                host,
+                workspace,
+                model=other,
+                session_id=session_id,
+                accept_context_change=True,
+            )
+            result = await loop.run_turn("again?")
+            assert (result.status, result.text) == ("completed", "again")
+            await loop.close()
+
+    session_id = asyncio.run(first())
+    before = load("jsonl", tmp_path, session_id)
+    asyncio.run(refused(session_id))
+    assert load("jsonl", tmp_path, session_id) == before  # nothing appended
+    asyncio.run(accepted(session_id))
+    events = load("jsonl", tmp_path, session_id)
+    contexts = [e for e in events if isinstance(e, RunContext)]
+    assert [c.data.model.name for c in contexts] == ["one", "two"]
+
+
+def test_the_command_line_refuses_a_changed_context_and_names_the_flag(
+    workspace: Workspace,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from coding_agent import cli
+
+    monkeypatch.chdir(tmp_path)
+    configure(tmp_path, "jsonl", tmp_path)
+    models = iter(
+        [
+            ScriptedModel([], name="one"),  # the refused resume of an unknown id
+            ScriptedModel([Reply(text="hello")], name="one"),
+            ScriptedModel([], name="two"),
+            ScriptedModel([Reply(text="again")], name="two"),
+        ]
+    )
+    monkeypatch.setattr(cli, "choose_model", lambda: (next(models), "test"))
+    root = str(workspace.root)
+    assert cli.main(["--workspace", root, "--session", "s1", "hi"]) == 2  # not stored
+    assert cli.main(["--workspace", root, "hi"]) == 0
+    out = capsys.readouterr().out
+    [session_id] = [
+        line[9:] for line in out.splitlines() if line.startswith("session: ")
+    ]
+    assert cli.main(["--workspace", root, "--session", session_id, "more"]) == 2
+    assert "--accept-context-change" in capsys.readouterr().err
+    flag = ["--accept-context-change"]
+    assert cli.main(["--workspace", root, "--session", session_id, *flag, "more"]) == 0
+    events = load("jsonl", tmp_path, session_id)
+    assert [e.data.model.name for e in events if isinstance(e, RunContext)] == [
+        "one",
+        "two",
+    ]

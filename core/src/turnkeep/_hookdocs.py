@@ -25,6 +25,7 @@ _GROUPS = (
             "session_closed",
         ),
     ),
+    ("Effects", ("reconcile_effect",)),
     (
         "Capabilities",
         (

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from turnkeep.errorbase import TurnkeepError
 from turnkeep.turnerrors import (
+    CallNotFoundError,
     ContextMismatchError,
+    EffectBlockedError,
+    EffectNotUnknownError,
+    EffectReconcileError,
     ModelError,
     ToolError,
     TurnError,
@@ -22,9 +26,13 @@ from turnkeep.turnerrors import (
 )
 
 __all__ = [
+    "CallNotFoundError",
     "CancelUnsupportedError",
     "ConfigurationError",
     "ContextMismatchError",
+    "EffectBlockedError",
+    "EffectNotUnknownError",
+    "EffectReconcileError",
     "EventDecodeError",
     "EventNotSerializableError",
     "EventRejectedError",

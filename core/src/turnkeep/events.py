@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 
 import msgspec
 
+from turnkeep.effectdata import EffectResolvedData, UnknownPolicy
+
 __all__ = [
     "VOCABULARY",
     "AssistantChunk",
@@ -28,6 +30,8 @@ __all__ = [
     "AssistantMessage",
     "AssistantMessageData",
     "BudgetsInfo",
+    "EffectResolved",
+    "EffectResolvedData",
     "ModelInfo",
     "ReplayPolicy",
     "RunContext",
@@ -262,12 +266,15 @@ class ToolCallData(_Payload, frozen=True, kw_only=True, gc=False):
         name: the tool's name.
         arguments: the JSON arguments the model gave.
         replay: the tool's declared replay policy when the call was made.
+        on_unknown: what follows while its outcome is unknown (`report`,
+            or `block` the next turn until it is resolved).
     """
 
     call_id: str
     name: str
     arguments: dict[str, Any]
     replay: ReplayPolicy = "unsafe"
+    on_unknown: UnknownPolicy = "report"
 
 
 class ToolResultData(_Payload, frozen=True, kw_only=True, gc=False):
@@ -482,6 +489,12 @@ class RunInstructions(
     data: RunInstructionsData
 
 
+class EffectResolved(SessionEvent, tag="effect/resolved", frozen=True, kw_only=True):
+    """A call whose outcome was unknown was settled (format version 2)."""
+
+    data: EffectResolvedData
+
+
 VOCABULARY: tuple[type[SessionEvent], ...] = (
     TurnStart,
     UserMessage,
@@ -493,5 +506,6 @@ VOCABULARY: tuple[type[SessionEvent], ...] = (
     TurnEnd,
     RunContext,
     RunInstructions,
+    EffectResolved,
 )
 """The event types every turnkeep reader knows."""

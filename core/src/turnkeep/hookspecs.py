@@ -12,17 +12,17 @@ keeps the two in step.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
+from turnkeep.hookprotocols import PluginHost, RegisterEventType, RegisterPersistence
+
 if TYPE_CHECKING:
-    from turnkeep.codec import EventCodec
-    from turnkeep.config import Config
-    from turnkeep.events import SessionEvent
+    from turnkeep.effectdata import EffectOutcome
+    from turnkeep.events import SessionEvent, ToolCall
     from turnkeep.session import Session
-    from turnkeep.store import SessionStore
     from turnkeep.transcripts import TranscriptEntry
 
 __all__ = [
@@ -37,66 +37,6 @@ __all__ = [
 PROJECT_NAME = "turnkeep"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-class PluginHost(Protocol):
-    """What a plugin sees of its host in `plugin_apply` and `plugin_dispose`.
-
-    Implemented by `turnkeep.Host`. Typed as a protocol so that the hook
-    contract does not depend on the host's module (which registers plugins
-    that implement these hooks).
-    """
-
-    @property
-    def config(self) -> Config:
-        """The host's configuration."""
-        ...
-
-    @property
-    def codec(self) -> EventCodec:
-        """The event codec (built-in vocabulary plus registered types)."""
-        ...
-
-    @property
-    def sessions(self) -> SessionStore:
-        """The live sessions (`sessions.list()`)."""
-        ...
-
-
-class RegisterPersistence(Protocol):
-    """The `register` callback that `register_persistence` receives."""
-
-    def __call__(
-        self,
-        name: str,
-        factory: Callable[[Any], object],
-        config_type: type[Any] | None = None,
-    ) -> None:
-        """Contribute backend `name`.
-
-        Args:
-            name: the backend's configuration key (`persistence = "<name>"`).
-            factory: builds the backend from its structured options (an
-                instance of `config_type`, or `None`).
-            config_type: the attrs class of its `[backends.<name>]` options,
-                or `None` when it takes none.
-
-        Raises:
-            PersistenceConflictError: the plugin registers `name` twice.
-        """
-        ...
-
-
-class RegisterEventType(Protocol):
-    """The `register` callback that `register_event_types` receives."""
-
-    def __call__(self, cls: type[SessionEvent]) -> None:
-        """Contribute event class `cls` (its tag must be new).
-
-        Raises:
-            ConfigurationError: the tag is built in or already registered.
-        """
-        ...
 
 
 # -- session lifecycle -------------------------------------------------------
@@ -321,6 +261,50 @@ def session_closed(session: Session) -> Awaitable[None] | None:
         A persistence plugin releases the session's writer role here.
 
     Added in: 0.1.
+    """
+
+
+# -- effects -------------------------------------------------------------------
+
+
+@hookspec
+def reconcile_effect(
+    session: Session, call: ToolCall
+) -> EffectOutcome | Awaitable[EffectOutcome | None] | None:
+    """Say whether an interrupted unsafe call took effect, by looking at the world.
+
+    Called:
+        By the agent loop's recovery (`AgentLoop.resume`, `recover`, the
+        crash sweep `recover_interrupted`), once per unsafe call a crash
+        left without a result, before anything about that turn is
+        appended.
+
+    Calling convention:
+        Every implementation is asked, in hook order; each may be `async
+        def` or return an awaitable. Answer with `turnkeep.effects.done(result)`,
+        `not_done()` or `unknown()`, or `None` when the call is not yours.
+        `None` and `unknown` abstain; the first definite answer in hook
+        order is recorded, unless another says the opposite, in which case
+        the outcome stays unknown (`turnkeep.effects.decide`). An exception,
+        or a value that is none of these, fails recovery with
+        `EffectReconcileError`; nothing is appended.
+
+    Args:
+        session: the session being recovered (its log ends inside the turn).
+        call: the `tool/call` event: `call.data.call_id` (the idempotency
+            key the tool was given), `name`, `arguments`.
+
+    Returns:
+        An outcome, `None`, or an awaitable of either.
+
+    Contract:
+        MUST NOT append events or run the tool again; only look. Answer
+        `done` or `not_done` only when sure: `done` records `result` as the
+        call's result, `not_done` tells the model the call did not happen
+        (it may call again); `unknown` keeps the call *interrupted, outcome
+        unknown*. An `effect/resolved` event names the plugin that settled it.
+
+    Added in: 0.2.
     """
 
 

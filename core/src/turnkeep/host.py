@@ -36,13 +36,14 @@ from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventCodec
 from turnkeep.commits import CommitReporter
 from turnkeep.config import Config, structure_config
+from turnkeep.effects import Verdict, decide
 from turnkeep.errors import (
     FlushError,
     HookContractError,
     PluginDisposeError,
     TurnkeepError,
 )
-from turnkeep.events import SessionEvent
+from turnkeep.events import SessionEvent, ToolCall
 from turnkeep.persistence import SessionPersistence
 from turnkeep.plugins import PluginSet
 from turnkeep.redaction import SecretRedactor, run_redact_event, run_redact_text
@@ -345,6 +346,14 @@ class Host:
             if self._set.writebehind is not None:
                 durable = len(session.events) - self.unsaved(session)
                 self._commits.durable(session, durable)
+
+    async def reconcile_effect(self, session: Session, call: ToolCall) -> Verdict:
+        """Ask every `reconcile_effect` implementation about `call`.
+
+        Raises:
+            EffectReconcileError: an implementation failed (see the hook).
+        """
+        return await decide(live_impls(self.pm, "reconcile_effect"), session, call)
 
     def render_transcript(
         self, events: Sequence[SessionEvent]

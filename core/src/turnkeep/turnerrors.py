@@ -12,7 +12,11 @@ from collections.abc import Sequence
 from turnkeep.errorbase import TurnkeepError
 
 __all__ = [
+    "CallNotFoundError",
     "ContextMismatchError",
+    "EffectBlockedError",
+    "EffectNotUnknownError",
+    "EffectReconcileError",
     "ModelError",
     "ToolError",
     "TurnError",
@@ -80,3 +84,62 @@ class ContextMismatchError(TurnError):
             f"given; nothing was changed. Differences:\n{lines}\n"
             'Pass the recorded context, or context="override" to accept the new one.'
         )
+
+
+class EffectReconcileError(TurnError):
+    """A `reconcile_effect` implementation failed while recovery asked it.
+
+    Nothing was appended: the cut-off turn stays open and its calls
+    unanswered, so a later recovery (with the plugin fixed or removed) asks
+    again. A loop being resumed lets its session go.
+
+    Attributes:
+        session_id: the session.
+        call_id: the call it was asked about.
+        plugin: the implementation's plugin name.
+    """
+
+    code = "effect-reconcile"
+
+    def __init__(self, session_id: str, call_id: str, plugin: str, why: str) -> None:
+        self.session_id, self.call_id, self.plugin = session_id, call_id, plugin
+        super().__init__(
+            f"session {session_id!r}: plugin {plugin!r} failed to reconcile call "
+            f"{call_id}: {why}; nothing was changed, recovery can be retried"
+        )
+
+
+class EffectBlockedError(TurnError):
+    """A call's outcome is unknown and its tool blocks turns until it is resolved.
+
+    Nothing was appended and no model was asked. Resolve each call with
+    `AgentLoop.resolve` or `turnkeep resolve ID CALL --done/--not-done`.
+
+    Attributes:
+        session_id: the session.
+        call_ids: the unresolved calls, in log order.
+    """
+
+    code = "effect-blocked"
+
+    def __init__(self, session_id: str, calls: Sequence[tuple[str, str]]) -> None:
+        self.session_id = session_id
+        self.call_ids = tuple(c for c, _ in calls)
+        named = ", ".join(f"{c} ({name})" for c, name in calls)
+        super().__init__(
+            f"session {session_id!r} is blocked: the outcome of {named} is "
+            "unknown; find out whether it took effect, then resolve it "
+            f"(turnkeep resolve {session_id} CALL --done or --not-done)"
+        )
+
+
+class CallNotFoundError(TurnError, LookupError):
+    """No `tool/call` of the session has this call id; nothing was changed."""
+
+    code = "call-not-found"
+
+
+class EffectNotUnknownError(TurnError, ValueError):
+    """The call's outcome is not unknown (it has a result, or was resolved)."""
+
+    code = "effect-not-unknown"

@@ -11,8 +11,8 @@
 - every turn ends with `turn/end` and a flush; `cancel` ends a running turn
   with status `cancelled`;
 - `recover` answers the calls a crash left without a result (unsafe ones as
-  *interrupted, outcome unknown*, safe ones by running them again) and then
-  closes the turn or continues it.
+  the `reconcile_effect` hook settles them, else *interrupted, outcome
+  unknown*; safe ones by running them again), then closes or continues it.
 
 Each turn runs in its own task, so `cancel` can reach it from anywhere and a
 streaming consumer (`stream_turn`) only watches it. A loop drives one
@@ -39,6 +39,7 @@ from turnkeep.agent.context import (
     check_setup,
 )
 from turnkeep.agent.deprecations import deprecated, session_and_text, session_arg
+from turnkeep.agent.effects import recover_or_let_go, resolve_in_loop
 from turnkeep.agent.gate import DurabilityGate
 from turnkeep.agent.models import Model
 from turnkeep.agent.recovery import RecoveryReport, open_turn
@@ -201,11 +202,9 @@ class AgentLoop:
             max_steps: as `create`, or `RECORDED`.
             max_tokens: as `create`, or `RECORDED`.
             deadline: as `create`, or `RECORDED`.
-            context: `check` refuses a context that differs from the
-                recorded one; `override` runs with it and records the change
-                before the next model call.
-            on_event: called with every event the loop appends, recovery's
-                included.
+            context: `check` refuses a context that differs from the recorded
+                one; `override` runs with it, recording the change.
+            on_event: called with every event the loop appends (recovery's too).
             watch: as `create` (it also watches recovery).
 
         Raises:
@@ -214,6 +213,7 @@ class AgentLoop:
             PersistenceNotConfiguredError: the host has no backend.
             SessionNotFoundError: nothing is stored under `session_id`.
             SessionLockedError: another process drives the session.
+            EffectReconcileError: as `recover`; the session was let go.
             FlushError: recovery's results could not be made durable (they
                 stay in memory; the next turn retries).
         """
@@ -226,7 +226,7 @@ class AgentLoop:
         )
         loop.watch = watch or Watch()
         loop.resumed_from = session_id
-        loop.recovery = await loop.recover(continue_turn=continue_turn)
+        loop.recovery = await recover_or_let_go(loop, continue_turn)
         return loop
 
     @classmethod
@@ -270,7 +270,7 @@ class AgentLoop:
         loop.watch = watch or Watch()
         if session.origin == "resumed":
             loop.resumed_from = session.id
-            loop.recovery = await loop.recover(continue_turn=continue_turn)
+            loop.recovery = await recover_or_let_go(loop, continue_turn)
         return loop
 
     @classmethod
@@ -299,10 +299,7 @@ class AgentLoop:
         return self._plan.current(settings, self.model, self.tools)
 
     def new_session(self, session_id: str | None = None) -> str:
-        """Deprecated: start another live session; hold one loop per session.
-
-        Use `AgentLoop.create(...)` for each conversation instead.
-        """
+        """Deprecated: another live session; use `AgentLoop.create` per conversation."""
         deprecated(
             "new_session()", "AgentLoop.create(...) per conversation", stacklevel=3
         )
@@ -372,18 +369,17 @@ class AgentLoop:
     ) -> RecoveryReport:
         """Finish a turn the log ends inside (after a crash); else do nothing.
 
-        Each call of that turn without a result is answered: an unsafe call
-        (or one whose tool is gone or no longer safe) gets a `tool/result`
-        with status `interrupted` saying its outcome is unknown, and these
-        are flushed before anything else happens; the tool is never run
-        again. A safe call is run again. Then the turn is closed with
-        `turn/end` status `interrupted`, or, with `continue_turn`, continued
-        by asking the model again with that history.
+        Each call of that turn without a result is answered. An unsafe call
+        (or one whose tool is gone or no longer safe) is never run again: the
+        `reconcile_effect` hook may settle it (`turnkeep.agent.effects`),
+        else it gets an `interrupted` result (outcome unknown); these are
+        flushed first. A safe call is run again. Then the turn is closed
+        (status `interrupted`), or continued with `continue_turn`.
 
         Raises:
             TurnInProgressError: a turn is running on the session.
-            TurnNotDurableError: the session holds unsaved events that still
-                cannot be flushed.
+            EffectReconcileError: a reconciler failed; nothing was appended.
+            TurnNotDurableError: unsaved events still cannot be flushed.
             FlushError: the interrupted results or the turn's end could not
                 be made durable (they stay in memory; the next turn retries).
         """
@@ -411,6 +407,8 @@ class AgentLoop:
         request_cancel(running)
         outcome: Outcome = await asyncio.shield(running.task)
         return outcome.result
+
+    resolve = resolve_in_loop  # settles a call of unknown outcome (see there)
 
     def running(self, session_id: str | None = None) -> bool:
         """Whether a turn (or recovery) is running on the session."""
@@ -489,6 +487,7 @@ class AgentLoop:
             plan=self._plan,
             meter=UsageMeter(self.host.codec.encode),
             watch=self.watch,
+            reconcile=self.host.reconcile_effect,
         )
 
     async def _flush(self, running: Running, session: Session) -> None:

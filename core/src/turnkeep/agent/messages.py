@@ -41,6 +41,7 @@ import msgspec
 from turnkeep._deprecated import renamed
 from turnkeep.events import (
     AssistantMessage,
+    EffectResolved,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -58,6 +59,7 @@ __all__ = [
     "derive_messages",
     "encode_messages",
     "partial_content",
+    "resolved_note",
 ]
 
 MessageRole: TypeAlias = Literal["user", "assistant", "tool"]
@@ -182,6 +184,11 @@ class History:
             )
         elif isinstance(event, TurnStart):
             self._close()
+        elif isinstance(event, EffectResolved) and event.data.call_id in self._results:
+            # Settled after its result was recorded (by a person, between
+            # turns): the model learns it here. Before it, the result speaks.
+            self._close()
+            self._messages.append(Message(role="user", content=resolved_note(event)))
         elif isinstance(event, ToolResult):
             call_id = event.data.call_id
             if call_id not in self._results:
@@ -245,6 +252,22 @@ class History:
 def partial_content(text: str) -> str:
     """The content of a partial reply: its text, then `PARTIAL_REPLY_NOTE`."""
     return f"{text}\n\n{PARTIAL_REPLY_NOTE}" if text else PARTIAL_REPLY_NOTE
+
+
+def resolved_note(event: EffectResolved) -> str:
+    """What the model is told when a call of unknown outcome was resolved."""
+    data = event.data
+    if data.outcome == "done":
+        said = "it DID take effect" + (
+            f"; its result: {data.result}" if data.result else ""
+        )
+    else:
+        said = "it did NOT take effect; it may be called again"
+    why = f" Reason: {data.reason}" if data.reason else ""
+    return (
+        f"[resolved] Tool call {data.call_id}, whose outcome was unknown after an "
+        f"interruption, was checked by {data.by}: {said}.{why}"
+    )
 
 
 def _interrupted(call_id: str) -> Message:

@@ -25,6 +25,7 @@ from turnkeep.events import SessionEvent, ToolCall, ToolResult, TurnEnd, TurnSta
 __all__ = [
     "OpenTurn",
     "RecoveryReport",
+    "Settled",
     "last_turn_number",
     "open_turn",
     "pairing_problems",
@@ -133,6 +134,28 @@ def pairing_problems(events: Sequence[SessionEvent]) -> list[str]:
 
 
 @attrs.frozen
+class Settled:
+    """What recovery recorded for the unsafe calls a crash left unanswered.
+
+    Attributes:
+        interrupted: calls whose outcome stays unknown.
+        done: calls a reconciler found had taken effect.
+        not_done: calls a reconciler found had not.
+        by: the plugin that settled each call of `done` and `not_done`.
+        notes: why a call stayed unknown, when there is something to say.
+        blocked: the session's unknown calls that block turns (of this turn
+            or earlier ones), after recovery.
+    """
+
+    interrupted: tuple[str, ...] = ()
+    done: tuple[str, ...] = ()
+    not_done: tuple[str, ...] = ()
+    by: dict[str, str] = attrs.field(factory=dict[str, str])
+    notes: dict[str, str] = attrs.field(factory=dict[str, str])
+    blocked: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class RecoveryReport:
     """What recovery found in a session's log and what it did.
 
@@ -146,6 +169,8 @@ class RecoveryReport:
         continued: the turn was continued by calling the model again
             (otherwise it was closed with `turn/end` status `interrupted`).
         names: the tool name of every call id above.
+        settled: what the `reconcile_effect` hook settled among the unsafe
+            calls (`turnkeep.agent.effects`).
     """
 
     session_id: str
@@ -154,6 +179,7 @@ class RecoveryReport:
     rerun: tuple[str, ...] = ()
     continued: bool = False
     names: dict[str, str] = attrs.field(factory=dict[str, str])
+    settled: Settled = attrs.field(factory=Settled)
 
     @property
     def recovered(self) -> bool:
@@ -171,13 +197,37 @@ class RecoveryReport:
                 "started but its result was never saved: reported as "
                 "interrupted, outcome unknown. It was NOT run again."
             )
+        for call_id in self.settled.done:
+            lines.append(
+                f"- {self.names.get(call_id, 'a tool')} (call {call_id}) had "
+                "started and its result was never saved; "
+                f"{self.settled.by.get(call_id, 'a plugin')} checked and found it "
+                "DONE: its result was recorded. It was NOT run again."
+            )
+        for call_id in self.settled.not_done:
+            lines.append(
+                f"- {self.names.get(call_id, 'a tool')} (call {call_id}) had "
+                "started and its result was never saved; "
+                f"{self.settled.by.get(call_id, 'a plugin')} checked and found it "
+                "had NOT happened: the model may call it again."
+            )
+        for call_id, note in self.settled.notes.items():
+            lines.append(f"- call {call_id}: {note}")
         for call_id in self.rerun:
             lines.append(
                 f"- {self.names.get(call_id, 'a tool')} (call {call_id}) is safe "
                 "to repeat and was run again."
             )
-        if not self.interrupted and not self.rerun:
+        if not (self.interrupted or self.rerun or self.settled.done) and not (
+            self.settled.not_done
+        ):
             lines.append("- No tool call was left without a result.")
+        if self.settled.blocked:
+            lines.append(
+                f"- BLOCKED: the outcome of {', '.join(self.settled.blocked)} is "
+                "unknown and its tool blocks new turns until a person resolves "
+                "it (turnkeep resolve, or AgentLoop.resolve)."
+            )
         lines.append(
             "The turn was continued by asking the model again."
             if self.continued

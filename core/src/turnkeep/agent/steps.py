@@ -10,19 +10,15 @@
     turn/end + flush.
 
 An `unsafe` tool runs only after its `tool/call` is durable (R8); if that
-flush fails the tool does not run, its call gets an `error` result saying
-so, and the turn ends `failed`. Every call gets exactly one result, whatever
-happens (the tool fails, is cancelled, the turn is cancelled before it
-runs), so the log pairs every call with one result except across a crash,
-which recovery repairs.
+flush fails it does not run, its call gets an `error` result, and the turn
+ends `failed`. Every call gets exactly one result, whatever happens, so the
+log pairs every call with one result except across a crash, which
+recovery repairs (asking `turnkeep.agent.effects` about unsafe calls).
 
-Before each model or tool call the turn's budgets are asked
-(`turnkeep.agent.budgets`); one that would be exceeded ends the turn
-`budget_exhausted` before the call. The run context is built and compared by
-`turnkeep.agent.context`.
-
-The records it fills in (`TurnResult`, `Running`) and the texts it writes
-for calls that did not finish live in `turnkeep.agent.turns`.
+Budgets (`turnkeep.agent.budgets`) are asked before each model or tool
+call; the watchdog (`turnkeep.agent.watchdog`) guards each one; the run
+context is built by `turnkeep.agent.context`. Records and texts for calls
+that did not finish live in `turnkeep.agent.turns`.
 """
 
 from __future__ import annotations
@@ -36,10 +32,11 @@ from typing import Final, TypeVar, cast
 
 import attrs
 
+from turnkeep.agent import tools as _tools
 from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
 from turnkeep.agent.context import ContextPlan
+from turnkeep.agent.effects import Reconciler, refuse_if_blocked, settle_unknown
 from turnkeep.agent.history import history_of
-from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
 from turnkeep.agent.partial import ReplyText, tail_text
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
@@ -109,6 +106,7 @@ class TurnRunner:
     context: RunContextData
     plan: ContextPlan
     meter: UsageMeter
+    reconcile: Reconciler
     watch: Watch = attrs.field(factory=Watch)
     guard: Guard = attrs.field(
         init=False, default=attrs.Factory(lambda r: Guard(r.watch.stall_seconds), True)
@@ -124,6 +122,7 @@ class TurnRunner:
     async def new_turn(self, text: str) -> TurnResult:
         """Start the next turn with the user's message and run it to its end."""
         session = self.session
+        refuse_if_blocked(session)  # before anything is appended or asked
         turn = last_turn_number(session.events) + 1
         self.meter.start()
         start = self._emit(TurnStart, TurnStartData(turn=turn))
@@ -145,17 +144,16 @@ class TurnRunner:
         cut = tail_text(session.events)
         if cut is not None:  # a model call the crash cut off: keep its text
             self._emit(SessionEvent, AssistantMessageData(text=cut, partial=True))
-        interrupted: list[str] = []
-        rerun: list[ToolCallData] = []
-        for call in found.unanswered:
-            if self._may_rerun(call.data):
-                rerun.append(call.data)
-                continue
-            self._result(call.data.call_id, INTERRUPTED_TOOL_OUTPUT, "interrupted")
-            interrupted.append(call.data.call_id)
-        if interrupted:
-            # The interrupted results are durable before anything else runs
-            # (R8): a crash from here on finds them answered.
+        rerun = [c.data for c in found.unanswered if self._may_rerun(c.data)]
+        unsafe = [c for c in found.unanswered if not self._may_rerun(c.data)]
+        emit = functools.partial(self._emit, SessionEvent)
+        settled = await settle_unknown(
+            session, unsafe, self.reconcile, emit, self._result
+        )
+        continue_turn = continue_turn and not settled.blocked  # a person decides
+        if unsafe:
+            # Their results are durable before anything else runs (R8): a
+            # crash from here on finds them answered.
             self._emit(
                 TurnCheckpoint, TurnCheckpointData(turn=found.turn, reason="recovery")
             )
@@ -170,10 +168,11 @@ class TurnRunner:
         report = RecoveryReport(
             session_id=session.id,
             turn=found.turn,
-            interrupted=tuple(interrupted),
+            interrupted=settled.interrupted,
             rerun=tuple(c.call_id for c in rerun),
             continued=continue_turn,
             names=names,
+            settled=settled,
         )
         return report, result
 
@@ -352,6 +351,7 @@ class TurnRunner:
         replay = replay_policy(tool) if tool is not None else "unsafe"
         call_id = call_id_for(session.id, session.next_seq)
         arguments = dict(request.arguments)
+        policy = _tools.unknown_policy(tool, arguments) if tool else "report"
         try:
             self._emit(
                 ToolCall,
@@ -360,6 +360,7 @@ class TurnRunner:
                     name=request.name,
                     arguments=arguments,
                     replay=replay,
+                    on_unknown=policy,
                 ),
             )
         except EventRejectedError as exc:

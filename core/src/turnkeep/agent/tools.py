@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 import attrs
 import msgspec
 
+from turnkeep.effectdata import UnknownPolicy
 from turnkeep.errors import ConfigurationError, ToolError
 from turnkeep.events import ReplayPolicy
 
@@ -40,6 +41,7 @@ __all__ = [
     "replay_policy",
     "str_argument",
     "tool_spec",
+    "unknown_policy",
     "validate_tools",
 ]
 
@@ -88,6 +90,7 @@ class Tool(Protocol):
 
     Besides the members below, a tool may declare `replay: "safe"` as an
     attribute; without it (or with any other value) the tool is `unsafe`.
+    An unsafe tool may declare `on_unknown` (`unknown_policy`).
 
     `run` returns the text handed back to the model. Raise `ToolError` for a
     failure the model should see and may react to (bad arguments, a missing
@@ -118,6 +121,24 @@ class Tool(Protocol):
 def replay_policy(tool: object) -> ReplayPolicy:
     """Return the replay policy a tool declares (`unsafe` unless it says `safe`)."""
     return "safe" if getattr(tool, "replay", "unsafe") == "safe" else "unsafe"
+
+
+def unknown_policy(tool: object, arguments: Mapping[str, Any]) -> UnknownPolicy:
+    """What follows a call of `tool` whose outcome stays unknown after a crash.
+
+    A tool may declare `on_unknown`: `"report"` (the default: the model is
+    told the call was interrupted), `"block"` (the session's next turn is
+    refused until a person or program resolves the call), or a function of
+    the call's arguments returning one of them (a command tool blocks only
+    for commands that write). Anything else is `report`. A `safe` tool's
+    calls are run again, never unknown: always `report`.
+    """
+    if replay_policy(tool) == "safe":
+        return "report"
+    declared: object = getattr(tool, "on_unknown", "report")
+    if callable(declared):
+        declared = declared(arguments)
+    return "block" if declared == "block" else "report"
 
 
 def tool_spec(tool: Tool) -> ToolSpec:

@@ -256,7 +256,7 @@ def _nothing(as_json: bool, message: str) -> int:
 # -- recover -------------------------------------------------------------------
 
 
-class _NoModel:
+class NoModel:
     """The model of the command line's recovery, which never asks one."""
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
@@ -354,7 +354,7 @@ async def _recover_one(
         CLI_AGENT_ID,
         session_id,
         host=host,
-        model=_NoModel(),
+        model=NoModel(),
         tools=(),
         context="override",
     )

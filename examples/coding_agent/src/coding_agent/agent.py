@@ -43,10 +43,17 @@ async def open_agent(
     model: Model,
     session_id: str | None = None,
     continue_turn: bool = False,
+    accept_context_change: bool = False,
     on_event: Callable[[SessionEvent], None] | None = None,
     wrap: Callable[[Sequence[Tool]], Sequence[Tool]] = lambda tools: tools,
 ) -> AgentLoop:
-    """Start a new session, or resume (and recover) a stored one."""
+    """Start a new session, or resume (and recover) a stored one.
+
+    A stored session whose recorded run context (model, tools, instructions,
+    budgets) differs from this process's is refused with
+    `ContextMismatchError` unless `accept_context_change`, which runs with
+    the new context and records the change (`context="override"`).
+    """
     tools = wrap(workspace_tools(workspace))
     if session_id is None:
         return AgentLoop.create(
@@ -65,5 +72,6 @@ async def open_agent(
         tools=tools,
         continue_turn=continue_turn,
         instructions=INSTRUCTIONS,
+        context="override" if accept_context_change else "check",
         on_event=on_event,
     )

@@ -2,12 +2,16 @@
 
     coding-agent --workspace DIR [TASK ...]                 start a task
     coding-agent --workspace DIR --session ID [--continue]  resume after a crash
+        [--accept-context-change]  resume with another model or tool set
 
 Progress is printed in plain words as events are appended. On resume, what
 recovery found is printed first; with `--continue` a turn cut off by a crash
 is continued (the model sees which calls were interrupted), otherwise it is
-closed as interrupted. The persistence plugin comes from configuration
-(`turnkeep.toml`, `TURNKEEP_PERSISTENCE`), never from flags.
+closed as interrupted. A session recorded with another model, tool set or
+instructions than this process has is refused (nothing is changed) unless
+`--accept-context-change`, which records the change and goes on. The
+persistence plugin comes from configuration (`turnkeep.toml`,
+`TURNKEEP_PERSISTENCE`), never from flags.
 
 For the crash demo, `CODING_AGENT_HOLD_AFTER=<tool>` makes that tool hold
 still after it has done its work, before its result reaches the session, as
@@ -31,7 +35,7 @@ from coding_agent.script import TASK
 from coding_agent.workspace import Workspace
 from turnkeep import Host, SessionEvent, Tool, ToolContext, load_config
 from turnkeep.agent import replay_policy
-from turnkeep.errors import TurnkeepError
+from turnkeep.errors import ContextMismatchError, TurnkeepError
 from turnkeep.events import (
     AssistantMessage,
     ToolCall,
@@ -57,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
         dest="continue_turn",
         action="store_true",
         help="continue a turn a crash cut off (instead of closing it)",
+    )
+    parser.add_argument(
+        "--accept-context-change",
+        action="store_true",
+        help="resume even if the model, tools or instructions differ from the "
+        "recorded run (the change is recorded)",
     )
     parser.add_argument("task", nargs="*", help="what to do (a new turn)")
     return parser
@@ -157,6 +167,7 @@ async def run(argv: Sequence[str]) -> int:
             model=model,
             session_id=args.session,
             continue_turn=args.continue_turn,
+            accept_context_change=args.accept_context_change,
             on_event=_print_event,
             wrap=_hold,
         )
@@ -173,6 +184,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `coding-agent`."""
     try:
         return asyncio.run(run(sys.argv[1:] if argv is None else argv))
+    except ContextMismatchError as exc:
+        print(f"coding-agent: {exc}", file=sys.stderr)
+        print(
+            "coding-agent: to resume with this process's context, pass "
+            "--accept-context-change",
+            file=sys.stderr,
+        )
+        return 2
     except TurnkeepError as exc:
         print(f"coding-agent: {exc}", file=sys.stderr)
         return 2
