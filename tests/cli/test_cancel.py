@@ -8,9 +8,10 @@ session until the turn's `turn/end` lands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import msgspec
@@ -24,29 +25,36 @@ SLOW_TURN = Path(__file__).parent / "_slow_turn.py"
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def running_turn(store: Store) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A session whose second turn is inside a slow tool in another process."""
+@contextlib.contextmanager
+def slow_turn(store: Store, session_id: str) -> Generator[subprocess.Popen[bytes]]:
+    """Session `session_id`: its second turn sits in a slow tool in another process."""
     proc = subprocess.Popen(
         [
             sys.executable,
             str(SLOW_TURN),
             store.name,
             msgspec.json.encode(store.options()).decode(),
-            "busy",
+            session_id,
         ],
         stdout=subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"in tool\n", "the turn did not start"
-        yield "busy", proc
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=60)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.fixture
+def running_turn(store: Store) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A session whose second turn is inside a slow tool in another process."""
+    with slow_turn(store, "busy") as proc:
+        yield "busy", proc
 
 
 def test_cancel_ends_the_turn_running_in_another_process(

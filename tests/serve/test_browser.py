@@ -33,7 +33,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 from tests.cli.support import Store, converse
-from tests.cli.test_cancel import SLOW_TURN
+from tests.cli.test_cancel import slow_turn as started_slow_turn
 from tests.serve.conftest import Serve, killed_in_turn
 
 from turnkeep.cancelrequest import cancel_requests
@@ -191,26 +191,8 @@ def test_the_page_lists_shows_and_follows_sessions(
 @pytest.fixture
 def slow_turn(sqlite_store: Store) -> Iterator[subprocess.Popen[bytes]]:
     """Session `busy`: its second turn sits in a slow tool in another process."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(SLOW_TURN),
-            sqlite_store.name,
-            msgspec.json.encode(sqlite_store.options()).decode(),
-            "busy",
-        ],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"in tool\n", "the turn did not start"
+    with started_slow_turn(sqlite_store, "busy") as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def requested(store: Store) -> int | None:
