@@ -41,6 +41,7 @@ __all__ = [
     "RetentionPolicy",
     "RetentionStatus",
     "ServeConfig",
+    "as_config",
     "load_config",
     "make_converter",
     "parse_duration",
@@ -292,6 +293,17 @@ def structure_config(
         ) from exc
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(f"invalid configuration in {source}: {exc}") from exc
+
+
+def as_config(value: Config | Mapping[str, Any]) -> Config:
+    """`value` itself, or the `Config` a mapping of `turnkeep.toml`'s keys describes.
+
+    Raises:
+        ConfigurationError: the mapping has unknown keys or invalid values.
+    """
+    if isinstance(value, Config):
+        return value
+    return structure_config(value, Config, source="Host(config=...)")
 
 
 def _describe(exc: BaseException, _type: object) -> str:

@@ -15,15 +15,14 @@ Lifecycle: `plugin_apply` is historic (replayed to plugins registered later);
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import attrs
 import pluggy
 from pluggy import HookImpl
 
-from turnkeep import memory
 from turnkeep._pluggy import (
     FAST_PATH,
     await_all,
@@ -31,26 +30,25 @@ from turnkeep._pluggy import (
     live_impls,
     refuse_awaitables,
 )
-from turnkeep.backends import BackendEntry, load_entry_points
+from turnkeep.backends import BackendEntry
 from turnkeep.clock import Clock, now_ms
 from turnkeep.codec import EventCodec
 from turnkeep.commits import CommitReporter
-from turnkeep.config import Config, structure_config
+from turnkeep.config import Config, as_config
 from turnkeep.effects import Verdict, decide
 from turnkeep.errors import (
     FlushError,
-    HookContractError,
     PluginDisposeError,
     TurnkeepError,
 )
 from turnkeep.events import SessionEvent, ToolCall
 from turnkeep.persistence import SessionPersistence
 from turnkeep.plugins import PluginSet
-from turnkeep.redaction import SecretRedactor, run_redact_event, run_redact_text
+from turnkeep.redaction import run_redact_event, run_redact_text
 from turnkeep.reload import Reloader
 from turnkeep.session import Session
 from turnkeep.store import CloseReport, SessionStore
-from turnkeep.transcripts import TranscriptEntry
+from turnkeep.transcripts import TranscriptEntry, checked_transcript
 
 __all__ = ["Host"]
 
@@ -58,12 +56,6 @@ _log = logging.getLogger("turnkeep")
 
 T = TypeVar("T")
 E = TypeVar("E", bound=SessionEvent)
-
-
-def _as_config(value: Config | Mapping[str, Any]) -> Config:
-    if isinstance(value, Config):
-        return value
-    return structure_config(value, Config, source="Host(config=...)")
 
 
 @attrs.define(eq=False)
@@ -80,7 +72,7 @@ class Host:
     Use it as an async context manager, or call `start()` and `aclose()`.
     """
 
-    _config: Config = attrs.field(factory=Config, converter=_as_config, alias="config")
+    _config: Config = attrs.field(factory=Config, converter=as_config, alias="config")
     plugins: Iterable[object] = ()
     clock: Clock = now_ms
     sessions: SessionStore = attrs.field(init=False)
@@ -127,16 +119,7 @@ class Host:
         if self._started:
             return self
         self._started = True
-        self._set.register(memory, "memory")
-        if self.config.redact_secrets:
-            patterns = tuple(self.config.redact_patterns.items())
-            redactor = SecretRedactor(patterns, self.config.redact_high_entropy)
-            self._set.register(redactor, "turnkeep.redaction")
-        load_entry_points(self.config, self.pm, self._set.register)
-        for plugin in self.plugins:
-            self._set.register(plugin, None)
-        self._set.backends.check_tables(self.config)
-        self._set.activate(self.config)
+        self._set.install(self.config, self.plugins)
         self.pm.hook.plugin_apply.call_historic(kwargs={"host": self})
         return self
 
@@ -159,13 +142,7 @@ class Host:
             return self.close_reports
         reports = await self.sessions.close_all() if self._started else []
         self._closed = True
-        errors: list[Exception] = []
-        for plugin in reversed(self._set.ordered()):
-            try:
-                await self._set.dispose(plugin, self)
-            except Exception as exc:  # noqa: BLE001 - every plugin still gets disposed
-                errors.append(exc)
-            self._set.unregister(plugin)
+        errors = await self._set.dispose_all(self)
         for session in self.sessions.list():
             session.closed = True  # nothing could store what it would take
         self.close_reports = [r for r in reports if not r.saved]
@@ -364,17 +341,7 @@ class Host:
             HookContractError: the claiming plugin returned something other
                 than a sequence of `TranscriptEntry`.
         """
-        result: object = self.pm.hook.render_transcript(events=events)
-        if result is None:
-            return None
-        if type(result) in (list, tuple):  # no narrowing: its items are unknown
-            entries = list(cast("Sequence[object]", result))
-            if all(isinstance(e, TranscriptEntry) for e in entries):
-                return cast("list[TranscriptEntry]", entries)
-        raise HookContractError(
-            "render_transcript must return a list of TranscriptEntry or None, "
-            f"not {type(result).__name__}"
-        )
+        return checked_transcript(self.pm.hook.render_transcript(events=events))
 
     async def emit_session_closed(self, session: Session) -> None:
         """Emit `session_closed` and await every implementation."""

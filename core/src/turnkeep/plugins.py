@@ -11,13 +11,20 @@ active backend, or the admission check when nothing persists.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Final
 
 import attrs
 import pluggy
 
+from turnkeep import memory
 from turnkeep._pluggy import call_plugin_hook, new_manager
-from turnkeep.backends import BackendEntry, BackendRegistry, activate
+from turnkeep.backends import (
+    BackendEntry,
+    BackendRegistry,
+    activate,
+    load_entry_points,
+)
 from turnkeep.codec import EventCodec
 from turnkeep.config import Config
 from turnkeep.errors import (
@@ -28,6 +35,7 @@ from turnkeep.errors import (
 from turnkeep.eventtypes import EventTypeRegistry
 from turnkeep.hookspecs import PluginHost
 from turnkeep.persistence import SessionPersistence
+from turnkeep.redaction import SecretRedactor
 from turnkeep.writebehind import WriteBehind
 
 __all__ = ["ADMISSION_NAME", "WRITE_BEHIND_NAME", "PluginSet"]
@@ -161,6 +169,42 @@ class PluginSet:
         for result in results:
             if inspect.isawaitable(result):
                 await result
+
+    def install(self, config: Config, plugins: Iterable[object]) -> None:
+        """Register built-ins, selected entry points and `plugins`; activate.
+
+        The configured backend is activated last, over every plugin.
+
+        Raises:
+            PluginNotFoundError, UnknownBackendError,
+            PersistenceConflictError, ConfigurationError: see `Host.start`.
+        """
+        self.register(memory, "memory")
+        if config.redact_secrets:
+            patterns = tuple(config.redact_patterns.items())
+            redactor = SecretRedactor(patterns, config.redact_high_entropy)
+            self.register(redactor, "turnkeep.redaction")
+        load_entry_points(config, self.pm, self.register)
+        for plugin in plugins:
+            self.register(plugin, None)
+        self.backends.check_tables(config)
+        self.activate(config)
+
+    async def dispose_all(self, host: PluginHost) -> list[Exception]:
+        """Dispose and unregister every plugin, newest first.
+
+        Returns:
+            What the plugins that failed to stop raised (every plugin is
+            still disposed and unregistered).
+        """
+        errors: list[Exception] = []
+        for plugin in reversed(self.ordered()):
+            try:
+                await self.dispose(plugin, host)
+            except Exception as exc:  # noqa: BLE001 - every plugin still gets disposed
+                errors.append(exc)
+            self.unregister(plugin)
+        return errors
 
     def activate(self, config: Config) -> None:
         """Build the configured backend and register what takes the events.

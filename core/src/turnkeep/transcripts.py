@@ -8,9 +8,14 @@ show` prints what the log means rather than one line per event.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import msgspec
 
-__all__ = ["TranscriptEntry"]
+from turnkeep.errors import HookContractError
+
+__all__ = ["TranscriptEntry", "checked_transcript"]
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,3 +32,22 @@ class TranscriptEntry(msgspec.Struct, frozen=True, kw_only=True):
     label: str
     text: str = ""
     note: bool = False
+
+
+def checked_transcript(result: object) -> list[TranscriptEntry] | None:
+    """What a `render_transcript` call returned, checked.
+
+    Raises:
+        HookContractError: it is neither `None` nor a sequence of
+            `TranscriptEntry`.
+    """
+    if result is None:
+        return None
+    if type(result) in (list, tuple):  # no narrowing: its items are unknown
+        entries = list(cast("Sequence[object]", result))
+        if all(isinstance(e, TranscriptEntry) for e in entries):
+            return cast("list[TranscriptEntry]", entries)
+    raise HookContractError(
+        "render_transcript must return a list of TranscriptEntry or None, "
+        f"not {type(result).__name__}"
+    )
