@@ -13,7 +13,9 @@ Sweep points (see `crash_script.POINTS`) are reached through:
 - a `session_event` hook: `before-intent` (the call is appended, not
   flushed) and `after-execution` (the result is appended, not flushed);
 - the ledger tool's hooks: `intent-durable`, `during-execution`;
-- a wrapper around the backend: `intent-written` (JSONL: inside the
+- a wrapper around the backend: `mid-stream` (right after the k-th append
+  holding a chunk of the crash turn was acknowledged; `chunks` = k),
+  `intent-written` (JSONL: inside the
   intent's flush, at its first fsync, after its writes; SQLite: at the start
   of the intent's append, before its transaction commits, which is the
   state a kill between write and fsync leaves) and `result-durable` (right
@@ -58,7 +60,13 @@ from turnkeep import (  # noqa: E402
     ToolContext,
     hookimpl,
 )
-from turnkeep.events import ToolCall, ToolResult, TurnStart  # noqa: E402
+from turnkeep.agent.watchdog import Watch  # noqa: E402
+from turnkeep.events import (  # noqa: E402
+    AssistantChunk,
+    ToolCall,
+    ToolResult,
+    TurnStart,
+)
 from turnkeep.meta import SessionSummary  # noqa: E402
 from turnkeep.persistence import (  # noqa: E402
     EventRecord,
@@ -81,6 +89,8 @@ class Child:
     turn: int = 0
     seen: int = 0
     armed: bool = False
+    chunk_seqs: set[int] = attrs.field(factory=set[int])
+    chunk_flushes: int = 0
 
     @property
     def point(self) -> str:
@@ -118,6 +128,8 @@ class Child:
     def session_event(self, session: Session, event: SessionEvent) -> None:
         if isinstance(event, TurnStart):
             self.turn = event.data.turn
+        elif isinstance(event, AssistantChunk) and self.turn == self.cmd["prior"] + 1:
+            self.chunk_seqs.add(event.seq)
         elif (
             isinstance(event, ToolCall)
             and event.data.name == "ledger_write"
@@ -165,6 +177,10 @@ class Traced(Delegating):
             child.note_wal()
         if child.result_seq in seqs and child.point == "result-durable":
             child.stop("result-durable")
+        if child.point == crash_script.STREAM_POINT and seqs & child.chunk_seqs:
+            child.chunk_flushes += 1
+            if child.chunk_flushes == child.cmd["chunks"]:
+                child.stop(crash_script.STREAM_POINT)
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         await self.inner.update(session_id, summary)
@@ -205,6 +221,9 @@ async def drive(child: Child) -> None:
             session_id=cmd["session"],
             instructions=crash_script.INSTRUCTIONS,
             max_steps=crash_script.MAX_STEPS,
+            watch=Watch(stream_flush_seconds=crash_script.STREAM_FLUSH_SECONDS)
+            if child.point == crash_script.STREAM_POINT
+            else None,
         )
         for turn in range(1, cmd["prior"] + 2):
             await loop.run_turn(f"turn {turn}")

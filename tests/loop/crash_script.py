@@ -36,6 +36,21 @@ POINTS: Final = (
 )
 """The six crash points of plan item 35, in order."""
 
+STREAM_POINT: Final = "mid-stream"
+"""A seventh point, of the partial-reply sweep: the crash turn's first reply
+streams with a flush per chunk, and the child dies right after the flush of
+one of its chunks was acknowledged (the log ends with durable chunks)."""
+
+STREAM_FLUSH_SECONDS: Final = 1e-9
+"""The stream flush interval of `STREAM_POINT` trials: every chunk after the
+first is flushed as it arrives."""
+
+
+def first_reply(turn: int) -> str:
+    """The text the first model call of `turn` streams (see `model`: step 0)."""
+    return f"turn {turn} step 0"
+
+
 INSTRUCTIONS: Final = "Write to the ledger as planned; never write twice."
 """The child's standing instructions (recorded in its run context)."""
 

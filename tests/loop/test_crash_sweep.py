@@ -27,6 +27,12 @@ trial on one core). Each trial has a seeded shape: 1-2
 completed turns first, 1-6 calls per turn, which ledger call of the crash
 turn is the target, and whether the cut-off turn is continued or closed.
 Soak: `SOAK_TRIALS` per combination (`TURNKEEP_SOAK=1`).
+
+The partial-reply sweep (`crash_script.STREAM_POINT`) kills the child right
+after the k-th flush of the crash turn's streamed reply (a flush per chunk):
+the chunks that were durable come back as one partial `assistant/message`
+after the resume, the model's history shows it as cut off, warm and cold
+alike, and the next turn keeps it byte for byte.
 """
 
 from __future__ import annotations
@@ -54,10 +60,14 @@ from tests.loop.support import (
 )
 
 from turnkeep import AgentLoop, Host, SessionEvent
+from turnkeep.agent import encode_messages
+from turnkeep.agent.history import history_of
+from turnkeep.agent.messages import derive_messages, partial_content
 from turnkeep.agent.recovery import open_turn, pairing_problems
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
+    AssistantMessageData,
     RunContext,
     ToolCall,
     ToolResult,
@@ -178,6 +188,8 @@ class Trial:
     target: int
     continue_turn: bool
     rng: random.Random = attrs.field(eq=False)
+    chunks: int = 0
+    """For `STREAM_POINT`: after which flush of the streamed reply to die."""
 
     @classmethod
     def make(
@@ -187,8 +199,18 @@ class Trial:
         prior = rng.randint(1, 2)
         target = rng.randint(1, crash_script.ledger_calls(seed, prior + 1))
         local = random.Random(rng.random())
+        chunks = rng.randint(1, 3) if point == crash_script.STREAM_POINT else 0
         return cls(
-            backend, point, kind, root, seed, prior, target, rng.random() < 0.5, local
+            backend,
+            point,
+            kind,
+            root,
+            seed,
+            prior,
+            target,
+            rng.random() < 0.5,
+            local,
+            chunks,
         )
 
     @property
@@ -206,12 +228,14 @@ class Trial:
             "session": SESSION,
             "ledger": str(self.ledger),
             "log": str(self.root / "child.log"),
+            "chunks": self.chunks,
         }
 
     def __str__(self) -> str:
         return (
             f"{self.backend}/{self.point}/{self.kind} seed={self.seed} "
             f"prior={self.prior} target={self.target} continue={self.continue_turn}"
+            + (f" chunks={self.chunks}" if self.chunks else "")
         )
 
 
@@ -325,6 +349,68 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
     assert turns == list(range(1, len(turns) + 1)), where
 
 
+async def check_partial_trial(trial: Trial, reply: dict[str, Any]) -> None:
+    """The durable chunks of a reply cut off by the crash stay, as a partial reply."""
+    where = str(trial)
+    assert reply.get("at") == crash_script.STREAM_POINT, f"{where}: child said {reply}"
+    assert os.WIFSIGNALED(reply["status"]), where
+    if trial.kind == "power":
+        where += " shim=" + power_loss(
+            trial.backend, trial.root, reply["frontier"], trial.rng
+        )
+    async with Host(backend_host_config(trial.backend, trial.root)) as host:
+        before = await load(host, SESSION)
+        assert pairing_problems(before) == [], where
+        check_ledger(read_ledger(trial.ledger), before, where)
+        check_context(before, where)
+        # Acknowledged chunks survive a power cut: the log ends with them.
+        last_start = max(i for i, e in enumerate(before) if isinstance(e, TurnStart))
+        crash_turn = before[last_start:]
+        tail = "".join(e.data.text for e in crash_turn if isinstance(e, AssistantChunk))
+        assert tail, f"{where}: the acknowledged chunks were lost"
+        assert isinstance(before[-1], AssistantChunk), where
+        streamed = crash_script.first_reply(trial.prior + 1)
+        assert streamed.startswith(tail), where
+
+        loop = await AgentLoop.resume(
+            "sweep",
+            SESSION,
+            host=host,
+            model=crash_script.model(trial.seed),
+            tools=[
+                crash_script.LedgerWrite(trial.ledger),
+                crash_script.Peek(trial.ledger),
+            ],
+            continue_turn=trial.continue_turn,
+        )
+        session = host.sessions.get(SESSION)
+        cut = [
+            e.data
+            for e in session.events[len(before) :]
+            if isinstance(e, AssistantMessage)
+        ]
+        assert cut[:1] == [AssistantMessageData(text=tail, partial=True)], where
+        # The model is told it was cut off, the same warm and cold.
+        partial = [m for m in history_of(session) if m.partial]
+        assert [m.content for m in partial] == [partial_content(tail)], where
+        durable = await load(host, SESSION)
+        assert encode_messages(derive_messages(durable)) == encode_messages(
+            history_of(session)
+        ), where
+        result = await loop.run_turn("after the crash")
+        assert result.status == "completed", f"{where}: {result}"
+        await loop.close()
+
+    async with Host(backend_host_config(trial.backend, trial.root)) as host:
+        final = await load(host, SESSION)
+    assert final[: len(durable)] == durable, f"{where}: durable history rewritten"
+    assert pairing_problems(final) == [], where
+    assert open_turn(final) is None, where
+    assert [m.content for m in derive_messages(final) if m.partial] == [
+        partial_content(tail)
+    ], where
+
+
 async def sweep(
     server: Server,
     backend: str,
@@ -344,8 +430,11 @@ async def sweep(
             root.mkdir()
             batch.append(Trial.make(backend, point, kind, root, rng))
         replies = server.batch([t.command() for t in batch])
+        check = (
+            check_partial_trial if point == crash_script.STREAM_POINT else check_trial
+        )
         await asyncio.gather(
-            *(check_trial(t, r) for t, r in zip(batch, replies, strict=True))
+            *(check(t, r) for t, r in zip(batch, replies, strict=True))
         )
         done += size
 
@@ -364,6 +453,18 @@ async def test_item_35_unsafe_tool_crash_sweep(
     tmp_path: Path,
 ) -> None:
     await sweep(server, backend, point, kind, CI_TRIALS, rng, tmp_path)
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("kind", ["kill", "power"])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.asyncio
+async def test_partial_reply_crash_sweep(
+    server: Server, backend: str, kind: str, rng: random.Random, tmp_path: Path
+) -> None:
+    await sweep(
+        server, backend, crash_script.STREAM_POINT, kind, CI_TRIALS, rng, tmp_path
+    )
 
 
 @pytest.mark.crash
