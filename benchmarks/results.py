@@ -206,8 +206,9 @@ def _langgraph(lg: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         f"A LangGraph graph of {lg['steps']} steps (one message each), "
-        f"median of {lg['reps']} runs; time against `InMemorySaver`, disk "
-        f"against the messages' text ({lg['payload_bytes']:,} bytes).",
+        f"median of {lg['reps']} runs; time against `InMemorySaver` run the "
+        "same way (`invoke`, or `ainvoke` for the async rows), disk against "
+        f"the messages' text ({lg['payload_bytes']:,} bytes).",
         "",
         "| saver | µs per step | / in memory | last 20 / first 20 | disk bytes "
         "| disk / payload |",
