@@ -158,6 +158,10 @@ class _Notify:
         self, loop: asyncio.AbstractEventLoop, inotify: Inotify, path: Path
     ) -> None:
         self.interval: float = SAFETY_SECONDS
+        self.degraded = False
+        """A watch could not be added: polling at `POLL_SECONDS` instead."""
+        self.reading = False
+        """Registered with the loop (`add_reader`)."""
         self._loop = loop
         self._inotify = inotify
         self._hint = asyncio.Event()
@@ -174,15 +178,16 @@ class _Notify:
         except OSError:
             return None
         notify = cls(loop, inotify, path)
+        notify.arm(path)
+        if notify.degraded:  # a watch is missing: plain polling, no instance
+            inotify.close()
+            return None
         try:
             loop.add_reader(inotify.fd, notify._readable)
-            notify.arm(path)
-        except BaseException:
-            notify.close()
-            raise
-        if notify.interval != SAFETY_SECONDS:  # nothing watched: plain polling
-            notify.close()
+        except NotImplementedError:  # a loop that cannot watch descriptors
+            inotify.close()
             return None
+        notify.reading = True
         return notify
 
     def arm(self, path: Path) -> None:
@@ -193,7 +198,7 @@ class _Notify:
                 str(path.parent), _DIR_MASK, directory=True
             )
         except OSError:
-            self.interval = POLL_SECONDS  # unwatched: poll for the rest
+            self._degrade()
         self._watch_file()
 
     def _watch_file(self) -> None:
@@ -201,7 +206,12 @@ class _Notify:
             self._file_wd = self._inotify.watch(str(self._path), _FILE_MASK)
         except OSError as exc:
             if exc.errno != errno.ENOENT:  # gone: `last_seq` will say so
-                self.interval = POLL_SECONDS
+                self._degrade()
+
+    def _degrade(self) -> None:
+        # Unwatched (`ENOSPC`: the watch limit, ...): poll for the rest.
+        self.degraded = True
+        self.interval = POLL_SECONDS
 
     async def wait(self, seconds: float) -> bool:
         """Whether an event woke it (else `seconds` passed)."""
@@ -227,7 +237,8 @@ class _Notify:
             # Cannot happen to a live instance; if it does, stop listening
             # (a readable fd never drained would spin the loop) and poll.
             self._loop.remove_reader(self._inotify.fd)
-            self.interval = POLL_SECONDS
+            self.reading = False
+            self._degrade()
             self._hint.set()
             return
         for event in events:
@@ -250,6 +261,7 @@ class _Notify:
 
     def close(self) -> None:
         """Stop listening and close the instance (idempotent)."""
-        if self._inotify.fd >= 0:
+        if self.reading:
             self._loop.remove_reader(self._inotify.fd)
-            self._inotify.close()
+            self.reading = False
+        self._inotify.close()
