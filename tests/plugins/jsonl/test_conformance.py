@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from turnkeep.conformance import MakeBackend, PersistenceContract
+from turnkeep.conformance import FollowContract, MakeBackend, PersistenceContract
 from turnkeep.meta import FORMAT_VERSION
 from turnkeep.persistence import SessionPersistence
 from turnkeep_jsonl import JsonlPersistence, OsFileOps
@@ -118,6 +118,21 @@ class TestJsonlBackend(PersistenceContract):
         ops = backend.ops
         assert isinstance(ops, LosesNextSync)
         ops.lands = lands
+
+
+class TestJsonlFollowPolling(FollowContract):
+    """[wait-for-commit] with inotify switched off (`follow = "poll"`).
+
+    `TestJsonlBackend` runs the same contract through inotify (on Linux).
+    """
+
+    supports_multiple_processes = True
+    supports_wait_for_commit = True
+
+    @pytest.fixture
+    def make_backend(self, tmp_path: Path) -> MakeBackend:
+        root = tmp_path / "store"
+        return lambda: JsonlPersistence(root, follow="poll")
 
 
 def store_digest(root: Path) -> bytes:

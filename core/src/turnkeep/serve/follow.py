@@ -1,8 +1,8 @@
 """Following sessions from another process: the next commit, and the tails.
 
 `wait_for_commit` is the one way the service learns that a session's log
-moved: the backend's own `wait_for_commit` where it has one (a stat on
-JSONL, `data_version` on SQLite, `LISTEN/NOTIFY` on PostgreSQL: see
+moved: the backend's own `wait_for_commit` where it has one (inotify,
+else a stat, on JSONL, `data_version` on SQLite, `LISTEN/NOTIFY` on PostgreSQL: see
 `turnkeep.follow`), else its cheap last-durable-seq probe at a short
 interval; either wakes early when this process's own `session_committed`
 hook says so.

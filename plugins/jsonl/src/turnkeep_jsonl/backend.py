@@ -37,7 +37,7 @@ from . import cancel
 from .backup import backup
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
-from .follow import wait_for_commit
+from .follow import FOLLOW_MODES, wait_for_commit
 from .format import SUFFIX_LEN
 from .listing import decode_cursor, page
 from .locks import held as holders
@@ -66,6 +66,8 @@ class JsonlPersistence:
         max_event_bytes: the largest event accepted, and so the longest line
             `load` reads into memory (keep it at least the host's limit).
         threads: worker threads for blocking I/O.
+        follow: `notify` (inotify where available) or `poll`: how
+            `wait_for_commit` learns of a commit (`turnkeep_jsonl.follow`).
 
     Nothing is read or written until the first call.
     """
@@ -74,6 +76,9 @@ class JsonlPersistence:
     ops: FileOps = attrs.field(factory=OsFileOps)
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     threads: int = 8
+    follow: str = attrs.field(
+        default="notify", validator=attrs.validators.in_(FOLLOW_MODES)
+    )
     _impl: Operations = attrs.field(init=False)
     _workers: Workers | None = attrs.field(init=False, default=None)
     _locks: dict[str, threading.Lock] = attrs.field(
@@ -100,6 +105,7 @@ class JsonlPersistence:
             path=config.path if config.path is not None else default_path(),
             max_event_bytes=config.max_event_bytes,
             threads=config.threads,
+            follow=config.follow,
         )
 
     # -- the protocol ----------------------------------------------------------
@@ -158,8 +164,9 @@ class JsonlPersistence:
     ) -> int:
         """The last durable seq once past `after_seq`, or after `within` seconds.
 
-        Stats the log every few milliseconds (see `turnkeep_jsonl.follow`)
-        and reads its last control line only when the file changed.
+        Woken by inotify where available, else stats the log every few
+        milliseconds (see `turnkeep_jsonl.follow`); reads its last control
+        line only when the file may have changed.
         """
         check_wait(after_seq, within)
         session_id = validate_session_id(session_id)
@@ -169,6 +176,7 @@ class JsonlPersistence:
             lambda: self._run(reads.log_path, session_id),
             after_seq,
             within,
+            notify=self.follow == "notify",
         )
 
     async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:

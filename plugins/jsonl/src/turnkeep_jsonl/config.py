@@ -15,6 +15,8 @@ import platformdirs
 from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
 
+from .follow import FOLLOW_MODES
+
 __all__ = ["JsonlConfig", "default_path"]
 
 
@@ -34,6 +36,10 @@ class JsonlConfig:
             the host's `max_event_bytes` (it also bounds what `load` reads
             into memory for one line).
         threads: worker threads running the blocking file I/O.
+        follow: how `wait_for_commit` learns of a commit: `notify` (the
+            default: inotify on Linux, else polling) or `poll` (the log's
+            `stat` every few milliseconds; e.g. for a file system whose
+            changes inotify does not report).
     """
 
     path: Path | None = None
@@ -41,3 +47,6 @@ class JsonlConfig:
         default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )
     threads: int = attrs.field(default=8, validator=positive)
+    follow: str = attrs.field(
+        default="notify", validator=attrs.validators.in_(FOLLOW_MODES)
+    )
