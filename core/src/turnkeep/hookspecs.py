@@ -265,7 +265,7 @@ def session_closed(session: Session) -> Awaitable[None] | None:
     """
 
 
-# -- effects -------------------------------------------------------------------
+# -- effects and outside state ---------------------------------------------------
 
 
 @hookspec
