@@ -243,3 +243,27 @@ def test_the_command_line_refuses_a_changed_workspace_and_names_the_flag(
     assert "drift recorded (changed since the last turn): workspace:" in (
         capsys.readouterr().out
     )
+
+
+def test_loops_over_two_workspaces_on_one_host_name_their_own(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    other_root = tmp_path / "other"
+    other_root.mkdir()
+    (other_root / "readme.md").write_text("another project\n")
+    other = Workspace(other_root)
+
+    async def both() -> tuple[str, str]:
+        async with Host(backend_host_config("jsonl", tmp_path)) as host:
+            ids: list[str] = []
+            for root in (workspace, other):
+                loop = await open_agent(host, root, model=ScriptedModel(["hi"]))
+                await loop.run_turn("hi")
+                await loop.close()
+                ids.append(loop.session_id)
+            return ids[0], ids[1]
+
+    first, second = asyncio.run(both())
+    for session_id, root in ((first, workspace), (second, other)):
+        [end] = [e for e in load(tmp_path, session_id) if isinstance(e, TurnEnd)]
+        assert end.data.manifest == {"workspace": TreeHasher(root.root).tree_hash()}

@@ -58,17 +58,19 @@ async def open_agent(
     `ContextMismatchError` unless `accept_context_change`, which runs with
     the new context and records the change (`context="override"`).
 
-    Each turn's end names the workspace's tree hash (`coding_agent.manifest`,
-    registered on `host` once); a stored session whose workspace changed
-    since is refused with `ManifestDriftError` unless `accept_drift`, which
-    records the change (`drift="record"`) and goes on.
+    Each turn's end names the workspace's tree hash (`coding_agent.manifest`:
+    one plugin per host, tracking each session's workspace); a stored
+    session whose workspace changed since is refused with
+    `ManifestDriftError` unless `accept_drift`, which records the change
+    (`drift="record"`) and goes on.
     """
-    if MANIFEST_PLUGIN not in host.plugin_names():
-        skip = store_paths(host.config.backends)
-        host.register(WorkspaceManifest(workspace.root, skip), name=MANIFEST_PLUGIN)
+    manifest = host.pm.get_plugin(MANIFEST_PLUGIN)
+    if not isinstance(manifest, WorkspaceManifest):
+        manifest = WorkspaceManifest(store_paths(host.config.backends))
+        host.register(manifest, name=MANIFEST_PLUGIN)
     tools = wrap(workspace_tools(workspace))
     if session_id is None:
-        return AgentLoop.create(
+        loop = AgentLoop.create(
             AGENT_ID,
             host=host,
             model=model,
@@ -76,6 +78,9 @@ async def open_agent(
             instructions=INSTRUCTIONS,
             on_event=on_event,
         )
+        manifest.track(loop.session_id, workspace.root)
+        return loop
+    manifest.track(session_id, workspace.root)  # the resume checks it
     return await AgentLoop.resume(
         AGENT_ID,
         session_id,

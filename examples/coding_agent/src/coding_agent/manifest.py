@@ -24,13 +24,13 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
-from turnkeep import hookimpl
+from turnkeep import Session, hookimpl
 
 __all__ = ["RACY_SECONDS", "TreeHasher", "WorkspaceManifest", "store_paths"]
 
@@ -157,21 +157,31 @@ def store_paths(backends: Mapping[str, Mapping[str, Any]]) -> list[Path]:
 
 @attrs.define(eq=False)
 class WorkspaceManifest:
-    """The `turn_manifest` plugin naming the workspace's tree hash.
+    """The `turn_manifest` plugin naming each tracked session's workspace.
+
+    One per host (`open_agent` registers it once): each session is tracked
+    with its workspace's root (`track`), so loops over different workspaces
+    can share the host; a session not tracked is not named.
 
     Args:
-        root: the workspace's root.
-        skip: paths inside it that are not the workspace's (the store).
+        skip: paths that are not any workspace's (the session store).
     """
 
-    root: Path
-    skip: Iterable[Path] = ()
-    hasher: TreeHasher = attrs.field(init=False)
+    skip: tuple[Path, ...] = attrs.field(default=(), converter=tuple)
+    _trees: dict[Path, TreeHasher] = attrs.field(factory=dict[Path, TreeHasher])
+    _sessions: dict[str, TreeHasher] = attrs.field(factory=dict[str, TreeHasher])
 
-    def __attrs_post_init__(self) -> None:
-        self.hasher = TreeHasher(self.root, self.skip)
+    def track(self, session_id: str, root: Path) -> None:
+        """Name `root` in the manifest of session `session_id`'s turns."""
+        hasher = self._trees.get(root)
+        if hasher is None:
+            hasher = self._trees[root] = TreeHasher(root, self.skip)
+        self._sessions[session_id] = hasher
 
     @hookimpl
-    async def turn_manifest(self) -> dict[str, str]:
+    async def turn_manifest(self, session: Session) -> dict[str, str] | None:
         """`{"workspace": "sha256:..."}`, hashed in a worker thread."""
-        return {"workspace": await asyncio.to_thread(self.hasher.tree_hash)}
+        hasher = self._sessions.get(session.id)
+        if hasher is None:
+            return None
+        return {"workspace": await asyncio.to_thread(hasher.tree_hash)}
