@@ -58,7 +58,7 @@ SAMPLE_DATA: dict[str, object] = {
     "tool/call": {"call_id": "c", "name": "n", "arguments": {}},
     "tool/result": {"call_id": "c", "output": "o"},
     "turn/checkpoint": {"turn": 1, "reason": "unsafe-tool"},
-    "turn/end": {"turn": 1, "status": "completed"},
+    "turn/end": {"turn": 1, "status": "completed", "manifest": {"w": "v1"}},
     "run/context": {
         "instructions_sha256": None,
         "model": {"name": "m", "provider": "p", "settings": {}},
@@ -67,6 +67,11 @@ SAMPLE_DATA: dict[str, object] = {
     },
     "run/instructions": {"sha256": "0" * 64, "text": "be brief"},
     "effect/resolved": {"call_id": "c", "outcome": "done", "result": "ok", "by": "x"},
+    "run/drift": {
+        "since_seq": 7,
+        "differences": [{"name": "w", "recorded": "v1", "current": "v2"}],
+        "manifest": {"w": "v2"},
+    },
 }
 
 

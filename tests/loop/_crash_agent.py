@@ -210,7 +210,7 @@ async def drive(child: Child) -> None:
     )
     host = Host(
         Config(persistence="traced", plugins="none"),
-        plugins=[TracedPlugin(child), child],
+        plugins=[TracedPlugin(child), child, crash_script.LedgerManifest(ledger)],
     )
     async with host:
         loop = AgentLoop.create(

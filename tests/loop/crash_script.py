@@ -10,19 +10,22 @@ crashing child process (`_crash_agent.py`) and the test that recovers.
   continues the plan exactly where the durable log ends.
 - `Hooks` lets the child stop the world at a sweep point; in the recovering
   process nothing is hooked, and the tools record every invocation (the spy).
+- `LedgerManifest` names the ledger's version (a hash of its entries) in
+  every `turn/end`: the ledger is the outside state the turns act on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
-from turnkeep import ModelRequest, ToolContext
+from turnkeep import ModelRequest, ToolContext, hookimpl
 from turnkeep.events import ReplayPolicy
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
@@ -158,3 +161,23 @@ def read_ledger(path: Path) -> list[str]:
         return path.read_text().split()
     except FileNotFoundError:
         return []
+
+
+def ledger_version(entries: Sequence[str]) -> str:
+    """The manifest's version of a ledger holding `entries` (in order)."""
+    text = "".join(f"{entry}\n" for entry in entries)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@attrs.define(eq=False)
+class LedgerManifest:
+    """A `turn_manifest` plugin: the ledger's version, as its file holds it."""
+
+    ledger: Path
+
+    def versions(self) -> dict[str, str]:
+        return {"ledger": ledger_version(read_ledger(self.ledger))}
+
+    @hookimpl
+    def turn_manifest(self) -> dict[str, str]:
+        return self.versions()

@@ -19,7 +19,14 @@ Must hold, in every trial:
   reports it interrupted, and that answer is durable before the next turn;
 - recovery never invokes an unsafe tool for a call that is already in the
   log (the spy), while a safe one may be run again;
-- after the next turn the log has no open turn and no unanswered call.
+- after the next turn the log has no open turn and no unanswered call;
+- the commit manifest (`crash_script.LedgerManifest`: the ledger's hash):
+  every durable `turn/end` (and `run/drift`) names the ledger as it was
+  when it was appended; a resume whose ledger differs from the last
+  committed manifest is refused (`ManifestDriftError`, the difference
+  named, nothing appended), then resumed with `drift="record"` (one
+  durable `run/drift` since that manifest); and after the resume the
+  last committed manifest names the ledger as it is.
 
 CI: 2 backends x 6 points x 2 crash kinds x `CI_TRIALS` (50) trials, half
 the plan's 100 as `docs/reliability.md` allows for the CI tier (about 0.12 s per
@@ -45,7 +52,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import msgspec
@@ -64,15 +71,20 @@ from turnkeep.agent import encode_messages
 from turnkeep.agent.history import history_of
 from turnkeep.agent.messages import derive_messages, partial_content
 from turnkeep.agent.recovery import open_turn, pairing_problems
+from turnkeep.errors import ManifestDriftError
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
     AssistantMessageData,
+    ManifestDifference,
     RunContext,
+    RunDrift,
     ToolCall,
     ToolResult,
+    TurnEnd,
     TurnStart,
 )
+from turnkeep.manifests import last_manifest
 
 CI_TRIALS = int(os.environ.get("TURNKEEP_SWEEP_TRIALS", "50"))
 SOAK_TRIALS = 5000
@@ -173,6 +185,27 @@ def check_context(events: list[SessionEvent], where: str) -> None:
             seen = True
         elif isinstance(event, AssistantMessage | AssistantChunk | ToolCall):
             assert seen, f"{where}: seq {event.seq} is durable without its context"
+
+
+def check_manifests(events: list[SessionEvent], ledger: list[str], where: str) -> None:
+    """Each `turn/end` and `run/drift` names the ledger as it was then.
+
+    The ledger grows in the log's call order, so what it held when an event
+    was appended is its entries whose call came before that event.
+    """
+    seq_of = {e.data.call_id: e.seq for e in events if isinstance(e, ToolCall)}
+    for event in events:
+        if isinstance(event, TurnEnd):
+            manifest = event.data.manifest
+            assert isinstance(manifest, dict), f"{where}: seq {event.seq} names none"
+        elif isinstance(event, RunDrift):
+            manifest = event.data.manifest
+        else:
+            continue
+        then = [c for c in ledger if seq_of[c] < event.seq]
+        assert ledger[: len(then)] == then, where
+        expected = crash_script.ledger_version(then)
+        assert manifest == {"ledger": expected}, f"{where}: seq {event.seq}"
 
 
 @attrs.frozen
@@ -287,17 +320,41 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
             if kind == "power" or backend == "sqlite":
                 assert not intent, f"{where}: an intent never fsynced was loaded"
 
+        # The manifest: the ledger is the outside state the turns act on.
+        world = crash_script.LedgerManifest(ledger_path)
+        host.register(world)
+        check_manifests(before, ledger, where)
+        last = last_manifest(before)
+        now = world.versions()
+        drifted = last is not None and last[1] != now
+
         # Recovery, with spies in place of the tools.
         ledger_tool = crash_script.LedgerWrite(ledger_path)
         peek = crash_script.Peek(ledger_path)
-        loop = await AgentLoop.resume(
-            "sweep",
-            session_id,
-            host=host,
-            model=crash_script.model(trial.seed),
-            tools=[ledger_tool, peek],
-            continue_turn=continue_turn,
-        )
+
+        async def resume(drift: Literal["refuse", "record"]) -> AgentLoop:
+            return await AgentLoop.resume(
+                "sweep",
+                session_id,
+                host=host,
+                model=crash_script.model(trial.seed),
+                tools=[ledger_tool, peek],
+                continue_turn=continue_turn,
+                drift=drift,
+            )
+
+        if last is not None and drifted:
+            with pytest.raises(ManifestDriftError) as refused:
+                await resume("refuse")
+            assert refused.value.differences == (
+                ManifestDifference(
+                    name="ledger", recorded=last[1]["ledger"], current=now["ledger"]
+                ),
+            ), where
+            assert refused.value.since_seq == last[0], where
+            assert await load(host, session_id) == before, f"{where}: refusal wrote"
+            assert ledger_tool.invoked == peek.invoked == [], where
+        loop = await resume("record")
         report = loop.recovery
         assert report is not None
         # The run context was durable with the first durable part of a turn,
@@ -325,6 +382,20 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
         # Each interrupted answer is durable before the next turn begins.
         durable = await load(host, session_id)
         assert open_turn(durable) is None, where
+        drifts = [e for e in durable[len(before) :] if isinstance(e, RunDrift)]
+        if last is not None and drifted:
+            [drift] = drifts
+            assert drift.data.since_seq == last[0], where
+            assert drift.data.manifest == now, where
+        else:
+            assert drifts == [], where
+        if last is not None or report.recovered:
+            # What the resume leaves committed names the world as it is (a
+            # continued turn may have written to the ledger since `now`).
+            committed = last_manifest(durable)
+            assert committed is not None, where
+            assert committed[1] == world.versions(), where
+        check_manifests(durable, read_ledger(ledger_path), where)
         for call_id in report.interrupted:
             assert results_of(durable)[call_id].data.status == "interrupted", where
 
@@ -344,6 +415,7 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
     # The context did not change, so it was recorded once.
     assert sum(isinstance(e, RunContext) for e in final) == 1, where
     check_ledger(read_ledger(ledger_path), final, where)
+    check_manifests(final, read_ledger(ledger_path), where)
     assert final[: len(durable)] == durable, f"{where}: durable history rewritten"
     turns = [e.data.turn for e in final if isinstance(e, TurnStart)]
     assert turns == list(range(1, len(turns) + 1)), where
@@ -361,8 +433,16 @@ async def check_partial_trial(trial: Trial, reply: dict[str, Any]) -> None:
     async with Host(backend_host_config(trial.backend, trial.root)) as host:
         before = await load(host, SESSION)
         assert pairing_problems(before) == [], where
-        check_ledger(read_ledger(trial.ledger), before, where)
+        ledger = read_ledger(trial.ledger)
+        check_ledger(ledger, before, where)
         check_context(before, where)
+        # No effect ran in the crash turn before its first reply: no drift.
+        world = crash_script.LedgerManifest(trial.ledger)
+        host.register(world)
+        check_manifests(before, ledger, where)
+        last = last_manifest(before)
+        assert last is not None, where
+        assert last[1] == world.versions(), where
         # Acknowledged chunks survive a power cut: the log ends with them.
         last_start = max(i for i, e in enumerate(before) if isinstance(e, TurnStart))
         crash_turn = before[last_start:]

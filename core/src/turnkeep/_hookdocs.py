@@ -25,7 +25,7 @@ _GROUPS = (
             "session_closed",
         ),
     ),
-    ("Effects", ("reconcile_effect",)),
+    ("Effects", ("reconcile_effect", "turn_manifest")),
     (
         "Capabilities",
         (

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 import msgspec
 
 from turnkeep.effectdata import EffectResolvedData, UnknownPolicy
+from turnkeep.manifestdata import Manifest, ManifestDifference, RunDriftData
 from turnkeep.runcontextdata import (
     BudgetsInfo,
     ModelInfo,
@@ -39,10 +40,14 @@ __all__ = [
     "BudgetsInfo",
     "EffectResolved",
     "EffectResolvedData",
+    "Manifest",
+    "ManifestDifference",
     "ModelInfo",
     "ReplayPolicy",
     "RunContext",
     "RunContextData",
+    "RunDrift",
+    "RunDriftData",
     "RunInstructions",
     "RunInstructionsData",
     "SessionEvent",
@@ -342,12 +347,16 @@ class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
         usage: what the turn used in the process that ended it (for a turn
             recovery closed, only what recovery did); `None` in logs written
             before format version 2.
+        manifest: the versions of outside state the turn leaves behind, by
+            name (the `turn_manifest` hook; format version 2); `UNSET`, and
+            absent on the wire, when no plugin names any.
     """
 
     turn: int
     status: TurnStatus
     error: str | None = None
     usage: TurnUsage | None = None
+    manifest: Manifest | msgspec.UnsetType = msgspec.UNSET
 
 
 class TurnStart(SessionEvent, tag="turn/start", frozen=True, kw_only=True, gc=False):
@@ -426,6 +435,12 @@ class EffectResolved(SessionEvent, tag="effect/resolved", frozen=True, kw_only=T
     data: EffectResolvedData
 
 
+class RunDrift(SessionEvent, tag="run/drift", frozen=True, kw_only=True, gc=False):
+    """A resume found outside state changed since the last manifest (version 2)."""
+
+    data: RunDriftData
+
+
 VOCABULARY: tuple[type[SessionEvent], ...] = (
     TurnStart,
     UserMessage,
@@ -438,5 +453,6 @@ VOCABULARY: tuple[type[SessionEvent], ...] = (
     RunContext,
     RunInstructions,
     EffectResolved,
+    RunDrift,
 )
 """The event types every turnkeep reader knows."""

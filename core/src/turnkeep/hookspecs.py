@@ -22,6 +22,7 @@ from turnkeep.hookprotocols import PluginHost, RegisterEventType, RegisterPersis
 if TYPE_CHECKING:
     from turnkeep.effectdata import EffectOutcome
     from turnkeep.events import SessionEvent, ToolCall
+    from turnkeep.manifestdata import Manifest
     from turnkeep.session import Session
     from turnkeep.transcripts import TranscriptEntry
 
@@ -264,7 +265,7 @@ def session_closed(session: Session) -> Awaitable[None] | None:
     """
 
 
-# -- effects -------------------------------------------------------------------
+# -- effects and outside state ---------------------------------------------------
 
 
 @hookspec
@@ -303,6 +304,44 @@ def reconcile_effect(
         call's result, `not_done` tells the model the call did not happen
         (it may call again); `unknown` keeps the call *interrupted, outcome
         unknown*. An `effect/resolved` event names the plugin that settled it.
+
+    Added in: 0.2.
+    """
+
+
+@hookspec
+def turn_manifest(session: Session) -> Manifest | Awaitable[Manifest | None] | None:
+    """Name the versions of the outside state a session's turns act on.
+
+    Called:
+        By the agent loop when it ends a turn (completed or not, recovery's
+        too), for that turn's `turn/end`; and by `AgentLoop.resume` and
+        `open`, before recovery, to compare the world with the session's
+        last committed manifest (`turnkeep.manifests`).
+
+    Calling convention:
+        Every implementation is asked, in hook order; each may be `async
+        def` or return an awaitable. The answers are merged by name; two
+        implementations that give one name different versions are an error.
+        `None` (or `{}`) names nothing. An exception or a value that is not
+        a mapping of text to text is `ManifestHookError`: on resume it
+        refuses the resume (nothing appended); at a turn's end it is logged
+        (logger `turnkeep`) and that implementation's names are left out.
+
+    Args:
+        session: the session whose turn ends or that is being resumed.
+
+    Returns:
+        A mapping of name to version (both text), `None`, or an awaitable
+        of either.
+
+    Contract:
+        MUST only look: no events appended, nothing changed. A version MUST
+        change when its state changes and SHOULD stay the same text when it
+        does not (a content hash, a commit id, a row version). SHOULD be
+        cheap on unchanged state (it runs at every turn's end) and run
+        blocking I/O off the event loop (`asyncio.to_thread`). Names and
+        versions are stored verbatim, never redacted: no secrets in them.
 
     Added in: 0.2.
     """

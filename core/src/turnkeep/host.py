@@ -41,7 +41,8 @@ from turnkeep.errors import (
     PluginDisposeError,
     TurnkeepError,
 )
-from turnkeep.events import SessionEvent, ToolCall
+from turnkeep.events import Manifest, SessionEvent, ToolCall
+from turnkeep.manifests import gather
 from turnkeep.persistence import SessionPersistence
 from turnkeep.plugins import PluginSet
 from turnkeep.redaction import run_redact_event, run_redact_text
@@ -331,6 +332,20 @@ class Host:
             EffectReconcileError: an implementation failed (see the hook).
         """
         return await decide(live_impls(self.pm, "reconcile_effect"), session, call)
+
+    async def turn_manifest(
+        self, session: Session, *, strict: bool = False
+    ) -> Manifest | None:
+        """The versions of outside state plugins name (`None`: none named).
+
+        Raises:
+            ManifestHookError: with `strict`, an implementation failed (see
+                `turnkeep.manifests.gather`; without it, failures are logged).
+        """
+        impls = live_impls(self.pm, "turn_manifest")
+        if not impls:
+            return None
+        return await gather(impls, session, strict=strict)
 
     def render_transcript(
         self, events: Sequence[SessionEvent]

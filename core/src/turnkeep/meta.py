@@ -27,10 +27,11 @@ __all__ = [
 FORMAT_VERSION: Final = 2
 """The session format version this code writes and the newest it reads.
 
-1: the first release. 2: the agent loop's `run/context`, `run/instructions`
-and `effect/resolved` events, the `budget_exhausted` and `timed_out` turn
-statuses and partial `assistant/message`s (a reader of version 1 knows
-none of them but the last, whose mark it ignores). Sessions of version 1
+1: the first release. 2: the agent loop's `run/context`, `run/instructions`,
+`effect/resolved` and `run/drift` events, the `budget_exhausted` and
+`timed_out` turn statuses, the `turn/end` `manifest` and partial
+`assistant/message`s (a reader of version 1 knows none of them but the
+last, whose mark it ignores). Sessions of version 1
 load unchanged; a session keeps the version it was created with."""
 
 TURN_END_TYPE: Final = "turn/end"

@@ -2,14 +2,19 @@
 
 A turn refused at admission (`TurnInProgressError`, `TurnNotDurableError`),
 a resume refused because the caller's run context differs from the recorded
-one (`ContextMismatchError`), a model or tool that failed.
+one (`ContextMismatchError`) or because outside state changed since the
+last committed manifest (`ManifestDriftError`), a model or tool that failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from turnkeep.errorbase import TurnkeepError
+
+if TYPE_CHECKING:
+    from turnkeep.manifestdata import ManifestDifference
 
 __all__ = [
     "CallNotFoundError",
@@ -17,6 +22,8 @@ __all__ = [
     "EffectBlockedError",
     "EffectNotUnknownError",
     "EffectReconcileError",
+    "ManifestDriftError",
+    "ManifestHookError",
     "ModelError",
     "ToolError",
     "TurnError",
@@ -83,6 +90,61 @@ class ContextMismatchError(TurnError):
             f"session {session_id!r} was run with another context than the one "
             f"given; nothing was changed. Differences:\n{lines}\n"
             'Pass the recorded context, or context="override" to accept the new one.'
+        )
+
+
+class ManifestDriftError(TurnError):
+    """Outside state changed since the session's last committed manifest.
+
+    Raised by `AgentLoop.resume` and `open` with `drift="refuse"` (the
+    default) before recovery, so nothing was appended and the session was
+    let go. Look at what changed; resume with `drift="record"` to go on
+    from the world as it is (a `run/drift` event records the change).
+
+    Attributes:
+        session_id: the session.
+        differences: each name whose version differs (`name`, `recorded`,
+            `current`), by name.
+        since_seq: seq of the event holding the manifest compared with.
+    """
+
+    code = "manifest-drift"
+
+    def __init__(
+        self,
+        session_id: str,
+        differences: Sequence[ManifestDifference],
+        since_seq: int,
+    ) -> None:
+        self.session_id, self.since_seq = session_id, since_seq
+        self.differences = tuple(differences)
+        lines = "\n".join(f"  - {d.describe()}" for d in self.differences)
+        super().__init__(
+            f"session {session_id!r}: outside state changed since the manifest "
+            f"committed at seq {since_seq}; nothing was changed. Differences:\n"
+            f'{lines}\nResume with drift="record" to go on and record the change.'
+        )
+
+
+class ManifestHookError(TurnError):
+    """A `turn_manifest` implementation failed or answered something unusable.
+
+    On resume, nothing was appended and the session was let go (the world
+    cannot be checked). At a turn's end it is logged instead, and the
+    `turn/end` names only what the other implementations gave.
+
+    Attributes:
+        session_id: the session.
+        plugin: the implementation's plugin name.
+    """
+
+    code = "manifest-hook"
+
+    def __init__(self, session_id: str, plugin: str, why: str) -> None:
+        self.session_id, self.plugin = session_id, plugin
+        super().__init__(
+            f"session {session_id!r}: plugin {plugin!r} could not say the "
+            f"versions of outside state (turn_manifest): {why}"
         )
 
 

@@ -9,10 +9,22 @@ each caller passes points the `DeprecationWarning` at the user's call.
 from __future__ import annotations
 
 import warnings
+from typing import Protocol
 
 from turnkeep._deprecated import REMOVED_IN
+from turnkeep.host import Host
 
-__all__ = ["deprecated", "session_and_text", "session_arg"]
+__all__ = ["deprecated", "new_session", "session_and_text", "session_arg"]
+
+
+class _Loop(Protocol):
+    host: Host
+
+
+def new_session(self: _Loop, session_id: str | None = None) -> str:
+    """Deprecated: another live session; use `AgentLoop.create` per conversation."""
+    deprecated("new_session()", "AgentLoop.create(...) per conversation", stacklevel=3)
+    return self.host.sessions.create(session_id).id
 
 
 def session_and_text(

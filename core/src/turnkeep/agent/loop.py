@@ -38,9 +38,10 @@ from turnkeep.agent.context import (
     adopt_context,
     check_setup,
 )
-from turnkeep.agent.deprecations import deprecated, session_and_text, session_arg
-from turnkeep.agent.effects import recover_or_let_go, resolve_in_loop
+from turnkeep.agent.deprecations import new_session, session_and_text, session_arg
+from turnkeep.agent.effects import resolve_in_loop
 from turnkeep.agent.gate import DurabilityGate
+from turnkeep.agent.manifest import DriftPolicy, check_and_recover
 from turnkeep.agent.models import Model
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.steps import TurnRunner
@@ -177,6 +178,7 @@ class AgentLoop:
         max_tokens: int | Recorded | None = RECORDED,
         deadline: float | Recorded | None = RECORDED,
         context: ContextMode = "check",
+        drift: DriftPolicy = "refuse",
         on_event: Callable[[SessionEvent], None] | None = None,
         watch: Watch | None = None,
     ) -> AgentLoop:
@@ -204,12 +206,16 @@ class AgentLoop:
             deadline: as `create`, or `RECORDED`.
             context: `check` refuses a context that differs from the recorded
                 one; `override` runs with it, recording the change.
+            drift: `refuse` a world that differs from the last committed manifest
+                (`turnkeep.agent.manifest`), or `record` it (`run/drift`) and go on.
             on_event: called with every event the loop appends (recovery's too).
             watch: as `create` (it also watches recovery).
 
         Raises:
             ContextMismatchError: the context differs and `context` is
                 `check`; nothing was appended and the session was let go.
+            ManifestDriftError: the world differs and `drift` is `refuse` (or
+                `ManifestHookError`); nothing was appended, the session let go.
             PersistenceNotConfiguredError: the host has no backend.
             SessionNotFoundError: nothing is stored under `session_id`.
             SessionLockedError: another process drives the session.
@@ -226,7 +232,7 @@ class AgentLoop:
         )
         loop.watch = watch or Watch()
         loop.resumed_from = session_id
-        loop.recovery = await recover_or_let_go(loop, continue_turn)
+        loop.recovery = await check_and_recover(loop, continue_turn, drift)
         return loop
 
     @classmethod
@@ -245,6 +251,7 @@ class AgentLoop:
         max_tokens: int | Recorded | None = RECORDED,
         deadline: float | Recorded | None = RECORDED,
         context: ContextMode = "check",
+        drift: DriftPolicy = "refuse",
         on_event: Callable[[SessionEvent], None] | None = None,
         watch: Watch | None = None,
     ) -> AgentLoop:
@@ -258,8 +265,8 @@ class AgentLoop:
         Raises:
             PersistenceNotConfiguredError: the host has no backend.
             SessionLockedError: another process drives the session.
-            ConfigurationError, ContextMismatchError, FlushError: as `create`
-                and `resume`.
+            ConfigurationError, ContextMismatchError, ManifestDriftError,
+                FlushError: as `create` and `resume`.
         """
         check_setup(agent_id, model, tools)
         session = await host.sessions.open(session_id, steal=steal)
@@ -270,7 +277,7 @@ class AgentLoop:
         loop.watch = watch or Watch()
         if session.origin == "resumed":
             loop.resumed_from = session.id
-            loop.recovery = await recover_or_let_go(loop, continue_turn)
+            loop.recovery = await check_and_recover(loop, continue_turn, drift)
         return loop
 
     @classmethod
@@ -298,12 +305,7 @@ class AgentLoop:
         settings = (self.instructions, self.max_steps, self.max_tokens, self.deadline)
         return self._plan.current(settings, self.model, self.tools)
 
-    def new_session(self, session_id: str | None = None) -> str:
-        """Deprecated: another live session; use `AgentLoop.create` per conversation."""
-        deprecated(
-            "new_session()", "AgentLoop.create(...) per conversation", stacklevel=3
-        )
-        return self.host.sessions.create(session_id).id
+    new_session = new_session  # deprecated: `AgentLoop.create` per conversation
 
     # -- turns -------------------------------------------------------------
 
@@ -488,6 +490,7 @@ class AgentLoop:
             meter=UsageMeter(self.host.codec.encode),
             watch=self.watch,
             reconcile=self.host.reconcile_effect,
+            manifest=self.host.turn_manifest,
         )
 
     async def _flush(self, running: Running, session: Session) -> None:

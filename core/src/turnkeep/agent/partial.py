@@ -27,6 +27,7 @@ from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
     AssistantMessageData,
+    RunDrift,
     SessionEvent,
 )
 
@@ -94,10 +95,13 @@ def tail_text(events: Sequence[SessionEvent]) -> str | None:
     """The text of the chunks a log ends with, or `None` if it ends otherwise.
 
     A finished model call is followed by its `assistant/message` at once, so
-    chunks at the very end are a call the process stopped inside.
+    chunks at the very end are a call the process stopped inside. A
+    `run/drift` that a resume recorded after them does not end them.
     """
     parts: list[str] = []
     for event in reversed(events):
+        if isinstance(event, RunDrift) and not parts:
+            continue
         if not isinstance(event, AssistantChunk):
             break
         parts.append(event.data.text)

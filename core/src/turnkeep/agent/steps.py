@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar, cast
 
 import attrs
+from msgspec.structs import replace
 
 from turnkeep.agent import tools as _tools
 from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
@@ -40,7 +41,7 @@ from turnkeep.agent.history import history_of
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
 from turnkeep.agent.partial import ReplyText, tail_text
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
-from turnkeep.agent.tools import Tool, ToolContext, replay_policy, tool_spec
+from turnkeep.agent.tools import Tool, ToolContext, may_rerun, replay_policy, tool_spec
 from turnkeep.agent.turns import (
     CANCELLED_SAFE_OUTPUT,
     CANCELLED_UNSAFE_OUTPUT,
@@ -58,6 +59,7 @@ from turnkeep.agent.watchdog import Guard, TimedOut, Watch
 from turnkeep.errors import EventRejectedError, FlushError, ModelError, ToolError
 from turnkeep.events import (
     AssistantMessageData,
+    Manifest,
     RunContextData,
     SessionEvent,
     ToolCall,
@@ -107,6 +109,7 @@ class TurnRunner:
     plan: ContextPlan
     meter: UsageMeter
     reconcile: Reconciler
+    manifest: Callable[[Session], Awaitable[Manifest | None]]
     watch: Watch = attrs.field(factory=Watch)
     guard: Guard = attrs.field(
         init=False, default=attrs.Factory(lambda r: Guard(r.watch.stall_seconds), True)
@@ -144,8 +147,8 @@ class TurnRunner:
         cut = tail_text(session.events)
         if cut is not None:  # a model call the crash cut off: keep its text
             self._emit(SessionEvent, AssistantMessageData(text=cut, partial=True))
-        rerun = [c.data for c in found.unanswered if self._may_rerun(c.data)]
-        unsafe = [c for c in found.unanswered if not self._may_rerun(c.data)]
+        rerun = [c.data for c in found.unanswered if may_rerun(c.data, self.tools)]
+        unsafe = [c for c in found.unanswered if not may_rerun(c.data, self.tools)]
         emit = functools.partial(self._emit, SessionEvent)
         settled = await settle_unknown(
             session, unsafe, self.reconcile, emit, self._result
@@ -263,9 +266,10 @@ class TurnRunner:
     ) -> TurnResult:
         self.running.phase = "end"
         usage = self.meter.finish()
-        end = self._emit(
-            TurnEnd, TurnEndData(turn=turn, status=status, error=error, usage=usage)
-        )
+        # Asked after the turn's work, so it names the world the turn leaves.
+        found = await self.manifest(self.session)
+        data = TurnEndData(turn=turn, status=status, error=error, usage=usage)
+        end = self._emit(TurnEnd, replace(data, manifest=found) if found else data)
         self.session.set_summary(status=SUMMARY_STATUS[status])
         await self.flush(self.session)
         return TurnResult(
@@ -442,12 +446,6 @@ class TurnRunner:
             self.running.phase = "between"
             self.meter.tool_seconds += self.meter.clock() - started
         self._result(data.call_id, output, status)
-
-    def _may_rerun(self, data: ToolCallData) -> bool:
-        tool = self.tools.get(data.name)
-        return (
-            data.replay == "safe" and tool is not None and replay_policy(tool) == "safe"
-        )
 
     # -- events and durability ----------------------------------------------
 

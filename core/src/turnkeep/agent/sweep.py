@@ -137,7 +137,8 @@ async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResul
     try:
         # No steal: an owner that is alive keeps its session.
         # The sweep is not the session's agent: its context differs by
-        # design, and recovery that asks no model records none.
+        # design, and recovery that asks no model records none. A changed
+        # world is recorded, not refused: the session must still be settled.
         loop = await AgentLoop.resume(
             SWEEP_AGENT_ID,
             session_id,
@@ -145,6 +146,7 @@ async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResul
             model=_NoModel(),
             tools=tools,
             context="override",
+            drift="record",
         )
     except SessionLockedError as exc:
         return SweepResult(session_id, "held", error=str(exc))

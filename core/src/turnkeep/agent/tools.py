@@ -29,7 +29,7 @@ import msgspec
 
 from turnkeep.effectdata import UnknownPolicy
 from turnkeep.errors import ConfigurationError, ToolError
-from turnkeep.events import ReplayPolicy
+from turnkeep.events import ReplayPolicy, ToolCallData
 
 __all__ = [
     "FunctionTool",
@@ -38,6 +38,7 @@ __all__ = [
     "ToolSpec",
     "function_tool",
     "int_argument",
+    "may_rerun",
     "replay_policy",
     "str_argument",
     "tool_spec",
@@ -121,6 +122,16 @@ class Tool(Protocol):
 def replay_policy(tool: object) -> ReplayPolicy:
     """Return the replay policy a tool declares (`unsafe` unless it says `safe`)."""
     return "safe" if getattr(tool, "replay", "unsafe") == "safe" else "unsafe"
+
+
+def may_rerun(call: ToolCallData, tools: Mapping[str, object]) -> bool:
+    """Whether recovery may run a call again that a crash left without result.
+
+    Only when the call was made `safe` and its tool is still there and still
+    `safe`: a call made while its tool was `unsafe` stays unsafe.
+    """
+    tool = tools.get(call.name)
+    return call.replay == "safe" and tool is not None and replay_policy(tool) == "safe"
 
 
 def unknown_policy(tool: object, arguments: Mapping[str, Any]) -> UnknownPolicy:

@@ -4,8 +4,10 @@ Owns how events look on a terminal: turns, what the user and the assistant
 said, each tool call with its result right below it, and, marked so nobody
 can miss them, calls whose result was never recorded (interrupted, outcome
 unknown) and turns a crash cut off. Streamed chunks are shown only when the
-assembled reply never landed (a reply cut off mid-stream). All stored text
-passes through `clean` first.
+assembled reply never landed (a reply cut off mid-stream). Each turn's
+commit manifest (the versions of outside state it left) is shown under its
+end, and a drift a resume recorded is marked. All stored text passes
+through `clean` first.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from turnkeep.cli.output import clean, format_time, shorten
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
+    Manifest,
+    RunDrift,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -80,6 +84,9 @@ def render_transcript(
         if isinstance(event, AssistantChunk):
             chunks.append(event.data.text)
             continue
+        if isinstance(event, RunDrift):  # recorded before recovery: not a reply end
+            _drift(out, event, full)
+            continue
         if isinstance(event, AssistantMessage):
             chunks.clear()
             out.print(Text("assistant", "bold green"))
@@ -122,6 +129,8 @@ def render_transcript(
                         f"turn {event.data.turn} ended {event.data.status}{why}", style
                     )
                 )
+            if isinstance(event.data.manifest, dict):
+                out.print(Text(_manifest(event.data.manifest, full), "dim"))
         elif not isinstance(event, TurnCheckpoint):
             out.print(Text(f"· {clean(event.type)} (seq {event.seq})", "dim"))
     partial()
@@ -134,6 +143,26 @@ def render_transcript(
                 "bold red",
             )
         )
+
+
+def _manifest(manifest: Manifest, full: bool) -> str:
+    named = ", ".join(
+        f"{clean(name)} {clean(version) if full else shorten(version, 24)}"
+        for name, version in sorted(manifest.items())
+    )
+    return f"  manifest: {named}"
+
+
+def _drift(out: Console, event: RunDrift, full: bool) -> None:
+    out.print(
+        Text(
+            "⚠ outside state changed while the session was not running; the "
+            f"resume recorded it (since seq {event.data.since_seq}):",
+            "bold yellow",
+        )
+    )
+    for difference in event.data.differences:
+        out.print(Text(_limit(difference.describe(), full, "    "), "yellow"))
 
 
 def render_entries(
@@ -208,4 +237,7 @@ def _gist(event: SessionEvent) -> str:
     if isinstance(event, TurnEnd):
         error = f": {shorten(event.data.error, 80)}" if event.data.error else ""
         return f"turn {event.data.turn} {event.data.status}{error}"
+    if isinstance(event, RunDrift):
+        names = ", ".join(d.name for d in event.data.differences)
+        return shorten(f"changed since seq {event.data.since_seq}: {names}", 100)
     return ""

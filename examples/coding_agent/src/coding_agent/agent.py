@@ -10,14 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from coding_agent.manifest import WorkspaceManifest, store_paths
 from coding_agent.script import scripted_model
 from coding_agent.tools import workspace_tools
 from coding_agent.workspace import Workspace
 from turnkeep import AgentLoop, Host, Model, SessionEvent, Tool
 
-__all__ = ["AGENT_ID", "INSTRUCTIONS", "choose_model", "open_agent"]
+__all__ = ["AGENT_ID", "INSTRUCTIONS", "MANIFEST_PLUGIN", "choose_model", "open_agent"]
 
 AGENT_ID: Final = "coding-agent"
+MANIFEST_PLUGIN: Final = "coding-agent-workspace"
+"""The name `open_agent` registers the workspace's `turn_manifest` plugin under."""
 INSTRUCTIONS: Final = (
     "You are a careful coding agent working in one workspace directory. Use "
     "the tools to read, write and run things there. A tool result marked "
@@ -44,6 +47,7 @@ async def open_agent(
     session_id: str | None = None,
     continue_turn: bool = False,
     accept_context_change: bool = False,
+    accept_drift: bool = False,
     on_event: Callable[[SessionEvent], None] | None = None,
     wrap: Callable[[Sequence[Tool]], Sequence[Tool]] = lambda tools: tools,
 ) -> AgentLoop:
@@ -53,10 +57,20 @@ async def open_agent(
     budgets) differs from this process's is refused with
     `ContextMismatchError` unless `accept_context_change`, which runs with
     the new context and records the change (`context="override"`).
+
+    Each turn's end names the workspace's tree hash (`coding_agent.manifest`:
+    one plugin per host, tracking each session's workspace); a stored
+    session whose workspace changed since is refused with
+    `ManifestDriftError` unless `accept_drift`, which records the change
+    (`drift="record"`) and goes on.
     """
+    manifest = host.pm.get_plugin(MANIFEST_PLUGIN)
+    if not isinstance(manifest, WorkspaceManifest):
+        manifest = WorkspaceManifest(store_paths(host.config.backends))
+        host.register(manifest, name=MANIFEST_PLUGIN)
     tools = wrap(workspace_tools(workspace))
     if session_id is None:
-        return AgentLoop.create(
+        loop = AgentLoop.create(
             AGENT_ID,
             host=host,
             model=model,
@@ -64,6 +78,9 @@ async def open_agent(
             instructions=INSTRUCTIONS,
             on_event=on_event,
         )
+        manifest.track(loop.session_id, workspace.root)
+        return loop
+    manifest.track(session_id, workspace.root)  # the resume checks it
     return await AgentLoop.resume(
         AGENT_ID,
         session_id,
@@ -73,5 +90,6 @@ async def open_agent(
         continue_turn=continue_turn,
         instructions=INSTRUCTIONS,
         context="override" if accept_context_change else "check",
+        drift="record" if accept_drift else "refuse",
         on_event=on_event,
     )

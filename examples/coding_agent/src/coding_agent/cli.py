@@ -3,13 +3,17 @@
     coding-agent --workspace DIR [TASK ...]                 start a task
     coding-agent --workspace DIR --session ID [--continue]  resume after a crash
         [--accept-context-change]  resume with another model or tool set
+        [--accept-drift]           resume although the workspace changed
 
 Progress is printed in plain words as events are appended. On resume, what
 recovery found is printed first; with `--continue` a turn cut off by a crash
 is continued (the model sees which calls were interrupted), otherwise it is
 closed as interrupted. A session recorded with another model, tool set or
 instructions than this process has is refused (nothing is changed) unless
-`--accept-context-change`, which records the change and goes on. The
+`--accept-context-change`, which records the change and goes on. Each
+turn's end names the workspace's tree hash; a session whose workspace was
+changed since (by hand, by another program) is refused the same way unless
+`--accept-drift`, which records the drift and goes on. The
 persistence plugin comes from configuration (`turnkeep.toml`,
 `TURNKEEP_PERSISTENCE`), never from flags.
 
@@ -35,9 +39,10 @@ from coding_agent.script import TASK
 from coding_agent.workspace import Workspace
 from turnkeep import Host, SessionEvent, Tool, ToolContext, load_config
 from turnkeep.agent import replay_policy
-from turnkeep.errors import ContextMismatchError, TurnkeepError
+from turnkeep.errors import ContextMismatchError, ManifestDriftError, TurnkeepError
 from turnkeep.events import (
     AssistantMessage,
+    RunDrift,
     ToolCall,
     ToolResult,
     TurnEnd,
@@ -68,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         help="resume even if the model, tools or instructions differ from the "
         "recorded run (the change is recorded)",
     )
+    parser.add_argument(
+        "--accept-drift",
+        action="store_true",
+        help="resume even if the workspace changed since the session's last "
+        "turn (the drift is recorded)",
+    )
     parser.add_argument("task", nargs="*", help="what to do (a new turn)")
     return parser
 
@@ -94,6 +105,9 @@ def describe(event: SessionEvent) -> str | None:
         return f"  <- {event.data.status}: {first[:100]}"
     if isinstance(event, TurnEnd):
         return f"-- turn {event.data.turn} {event.data.status} --"
+    if isinstance(event, RunDrift):
+        changed = "; ".join(d.describe() for d in event.data.differences)
+        return f"drift recorded (changed since the last turn): {changed}"
     return None
 
 
@@ -168,6 +182,7 @@ async def run(argv: Sequence[str]) -> int:
             session_id=args.session,
             continue_turn=args.continue_turn,
             accept_context_change=args.accept_context_change,
+            accept_drift=args.accept_drift,
             on_event=_print_event,
             wrap=_hold,
         )
@@ -189,6 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             "coding-agent: to resume with this process's context, pass "
             "--accept-context-change",
+            file=sys.stderr,
+        )
+        return 2
+    except ManifestDriftError as exc:
+        print(f"coding-agent: {exc}", file=sys.stderr)
+        print(
+            "coding-agent: the workspace changed since the session's last turn; "
+            "to resume with it as it is, pass --accept-drift",
             file=sys.stderr,
         )
         return 2
