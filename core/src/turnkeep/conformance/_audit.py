@@ -84,9 +84,9 @@ class AuditContract(BackendHarness):
         for scope in (meta.id, None):
             got = await asyncio.gather(
                 *(
-                    _trail(b).record_audit(scope, _record(scope, f"r{n}"))
+                    _trail(b).record_audit(scope, _record(scope, f"r{n}.{i}"))
                     for n in range(6)
-                    for b in (backend, peer)
+                    for i, b in enumerate((backend, peer))
                 )
             )
             assert sorted(r.number for r in got) == list(range(1, 13))
