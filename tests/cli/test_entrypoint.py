@@ -25,6 +25,7 @@ COMMANDS = (
     "recover",
     "resolve",
     "cancel",
+    "audit",
     "export",
     "import",
     "backup",

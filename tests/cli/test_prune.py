@@ -19,6 +19,8 @@ from tests.cli.conftest import make_store
 from tests.cli.support import Store, cli, one_line_error
 
 from turnkeep import Host
+from turnkeep.audit import AuditRecord
+from turnkeep.auditing import read_trail
 from turnkeep.clock import now_ms
 from turnkeep.events import TurnEndData, TurnStartData, UserMessageData
 from turnkeep.meta import SessionStatus
@@ -59,6 +61,14 @@ def populate(store: Store) -> None:
         await aged(store, "new-interrupted", days=1, status="interrupted")
 
     asyncio.run(write())
+
+
+def trail(store: Store) -> list[AuditRecord]:
+    async def read() -> list[AuditRecord]:
+        async with store.host() as host:
+            return await read_trail(host.require_persistence(), None)
+
+    return asyncio.run(read())
 
 
 def ids(store: Store) -> set[str]:
@@ -108,6 +118,11 @@ def test_asks_first_and_deletes_only_when_told(any_store: Store) -> None:
     assert "deleted  old-ended" in accepted.stdout
     assert "2 deleted, 0 skipped (held), 0 failed" in accepted.stdout
     assert ids(any_store) == ALL - {"old-ended", "old-failed"}
+    # Only the pass that deleted recorded, one deletion each, in the store's log.
+    records = trail(any_store)
+    assert sorted(r.session_id or "" for r in records) == ["old-ended", "old-failed"]
+    assert {r.action for r in records} == {"deletion"}
+    assert all(r.reason.startswith("retention: ") for r in records)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Read-only commands work on a store the user cannot write (issue 12 point 13).
 
-`ls`, `show`, `verify` and `export` on a JSONL folder, an SQLite folder and
+`ls`, `show`, `verify`, `export` and `audit` on a JSONL folder, an SQLite folder and
 an SQLite file (in a writable folder) that are read-only
 (`tests.support.readonly`: a read-only bind mount as root, `chmod`
 otherwise), where a command that writes (a lock file, a repaired tail, a
@@ -27,6 +27,8 @@ COMMANDS = (
     ["verify", "--all"],
     ["verify", "s"],
     ["export", "s"],
+    ["audit"],
+    ["audit", "s", "--json"],
 )
 
 

@@ -14,9 +14,11 @@ BROKEN = textwrap.dedent(
     import msgspec
     import pytest
 
+    from turnkeep.audit import check_record, check_records_range, numbered
     from turnkeep.cancelrequest import check_reason, next_request
     from turnkeep.conformance import (
-        AppendContract, CancelRequestContract, CrashTailContract, DeleteContract,
+        AppendContract, AuditContract, CancelRequestContract, CrashTailContract,
+        DeleteContract,
         FollowContract,
         FormatVersionContract,
         HeldContract, IdsContract, ListContract, ListFilterContract,
@@ -646,6 +648,103 @@ BROKEN = textwrap.dedent(
         broken = KeepsRequestsPastDelete
 
 
+    AUDIT = {}
+
+
+    class AuditsOnlyInItsInstance(MemoryPersistence):
+        """Keeps audit records in the instance: another process never sees them."""
+
+        async def record_audit(self, scope, record):
+            check_record(record)
+            if scope is not None:
+                self._stored(scope)
+            records = AUDIT.setdefault((id(self), scope), [])
+            records.append(numbered(record, len(records) + 1))
+            return records[-1]
+
+        async def audit_records(self, scope, after, limit):
+            check_records_range(after, limit)
+            if scope is not None:
+                self._stored(scope)
+            return AUDIT.get((id(self), scope), [])[after : after + limit]
+
+
+    class NumbersAuditAcrossScopes(MemoryPersistence):
+        """One counter for every scope: a session's records do not start at 1."""
+
+        async def record_audit(self, scope, record):
+            check_record(record)
+            records = self.storage.audit if scope is None else self._stored(scope).audit
+            total = len(self.storage.audit) + sum(
+                len(s.audit) for s in self.storage.sessions.values()
+            )
+            records.append(numbered(record, total + 1))
+            return records[-1]
+
+
+    class KeepsAuditPastDelete(MemoryPersistence):
+        """Keeps session records by id in the store: a new session inherits them."""
+
+        async def record_audit(self, scope, record):
+            check_record(record)
+            if scope is not None:
+                self._stored(scope)
+            records = AUDIT.setdefault((id(self.storage), scope), [])
+            records.append(numbered(record, len(records) + 1))
+            return records[-1]
+
+        async def audit_records(self, scope, after, limit):
+            check_records_range(after, limit)
+            if scope is not None:
+                self._stored(scope)
+            return AUDIT.get((id(self.storage), scope), [])[after : after + limit]
+
+
+    class NumbersAuditRacily(MemoryPersistence):
+        """Reads the last number, yields, then writes: racers share a number."""
+
+        async def record_audit(self, scope, record):
+            check_record(record)
+            records = self.storage.audit if scope is None else self._stored(scope).audit
+            number = len(records) + 1
+            await asyncio.sleep(0)
+            records.append(numbered(record, number))
+            return records[-1]
+
+
+    class AuditHarness(AuditContract):
+        supports_audit = True
+        supports_byte_scan = True
+        broken = MemoryPersistence
+
+        @pytest.fixture
+        def make_backend(self):
+            self.storage = MemoryStorage()
+            return lambda: self.broken(self.storage)
+
+        async def stored_bytes(self):
+            return {
+                key: msgspec.json.encode([s.meta, s.events, s.audit])
+                for key, s in self.storage.sessions.items()
+            } | {"store": msgspec.json.encode(self.storage.audit)}
+
+
+    class TestAuditsOnlyInItsInstance(AuditHarness):
+        broken = AuditsOnlyInItsInstance
+
+
+    class TestNumbersAuditAcrossScopes(AuditHarness):
+        broken = NumbersAuditAcrossScopes
+
+
+    class TestKeepsAuditPastDelete(AuditHarness):
+        broken = KeepsAuditPastDelete
+
+
+    class TestNumbersAuditRacily(AuditHarness):
+        broken = NumbersAuditRacily
+
+
     class LoadAfterHarness(LoadAfterContract):
         supports_load_after = True
         broken = MemoryPersistence
@@ -800,6 +899,23 @@ EXPECTED_FAILURES = {
     },
     "TestIgnoresAfter": {
         "test_a_request_by_another_instance_is_seen_by_the_owner",
+    },
+    "TestAuditsOnlyInItsInstance": {
+        "test_records_are_numbered_per_scope_and_seen_by_another_instance",
+        "test_racing_recorders_each_get_their_own_number",
+        "test_a_record_leaves_the_log_and_the_holder_undisturbed",
+        "test_records_survive_a_reopen_and_go_with_a_delete",
+    },
+    "TestNumbersAuditAcrossScopes": {
+        "test_records_are_numbered_per_scope_and_seen_by_another_instance",
+        "test_racing_recorders_each_get_their_own_number",
+        "test_records_survive_a_reopen_and_go_with_a_delete",
+    },
+    "TestKeepsAuditPastDelete": {
+        "test_records_survive_a_reopen_and_go_with_a_delete",
+    },
+    "TestNumbersAuditRacily": {
+        "test_racing_recorders_each_get_their_own_number",
     },
     "TestKeepsRequestsPastDelete": {
         "test_requests_survive_a_reopen_and_go_with_a_delete",

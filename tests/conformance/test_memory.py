@@ -52,6 +52,7 @@ class TestMemoryBackend(PersistenceContract):
     supports_owner_death = True
     supports_wait_for_commit = True
     supports_cancel_requests = True
+    supports_audit = True
 
     @pytest.fixture
     def make_backend(self) -> MakeBackend:

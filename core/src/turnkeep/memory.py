@@ -22,6 +22,7 @@ from typing import Any, Final
 import attrs
 import msgspec
 
+from turnkeep.audit import AuditRecord, check_record, check_records_range, numbered
 from turnkeep.backendkit import check_batch, count_turn_ends, newer_format
 from turnkeep.cancelrequest import CancelRequest, check_reason, next_request
 from turnkeep.codec import EventRecord
@@ -53,6 +54,8 @@ class _Stored:
     events: list[bytes] = attrs.field(factory=list[bytes])
     cancel: CancelRequest | None = None
     """The latest cancel request (it goes with the session)."""
+    audit: list[AuditRecord] = attrs.field(factory=list[AuditRecord])
+    """The session's audit records (they go with the session)."""
 
 
 @attrs.define(eq=False)
@@ -78,6 +81,8 @@ class MemoryStorage:
         factory=dict[str, set[asyncio.Event]], repr=False
     )
     """Per session, the events of `wait_for_commit` calls to set at a commit."""
+    audit: list[AuditRecord] = attrs.field(factory=list[AuditRecord], repr=False)
+    """The store's audit log (deletions; what outlives its session)."""
 
     def wake(self, session_id: str) -> None:
         """Wake every follower of `session_id` (a commit, a delete)."""
@@ -214,6 +219,22 @@ class MemoryPersistence:
         """The latest cancel request numbered above `after`, or `None`."""
         request = self._stored(session_id).cancel
         return request if request is not None and request.number > after else None
+
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        """Store an audit record (no ownership needed, the log untouched)."""
+        check_record(record)
+        records = self.storage.audit if scope is None else self._stored(scope).audit
+        stored = numbered(record, len(records) + 1)
+        records.append(stored)
+        return stored
+
+    async def audit_records(
+        self, scope: str | None, after: int, limit: int
+    ) -> list[AuditRecord]:
+        """The scope's audit records numbered above `after`, at most `limit`."""
+        check_records_range(after, limit)
+        records = self.storage.audit if scope is None else self._stored(scope).audit
+        return records[after : after + limit]
 
     async def list(
         self,

@@ -26,11 +26,11 @@ from typing import Final, Literal, NoReturn, TypeAlias
 
 import msgspec
 
+from turnkeep.auditing import delete_recorded
 from turnkeep.config import RetentionPolicy, parse_duration
 from turnkeep.errors import SessionHeldError, SessionNotFoundError, TurnkeepError
 from turnkeep.host import Host
 from turnkeep.meta import SessionMeta, SessionStatus
-from turnkeep.persistence import delete_session
 
 __all__ = [
     "PruneItem",
@@ -176,7 +176,12 @@ async def remove(host: Host, found: PruneReport) -> PruneReport:
             done.append(msgspec.structs.replace(item, outcome=outcome))
             continue
         try:
-            await delete_session(backend, item.session_id)
+            await delete_recorded(
+                backend,
+                item.session_id,
+                f"retention: {item.status}, last updated {item.age_ms // 1000} s "
+                "before the pass",
+            )
         except SessionHeldError as exc:
             done.append(msgspec.structs.replace(item, outcome="held", error=str(exc)))
         except SessionNotFoundError:

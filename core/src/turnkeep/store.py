@@ -21,6 +21,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from turnkeep.auditing import claim_recorded
 from turnkeep.backendkit import newer_format
 from turnkeep.clock import Clock, now_ms
 from turnkeep.errors import (
@@ -301,7 +302,7 @@ class SessionStore:
     async def _resume(self, session_id: str, *, steal: bool) -> Session:
         backend = self._hooks.require_persistence()
         # Claim first, so nobody appends between our load and our first write.
-        await backend.claim(session_id, steal=steal)
+        await claim_recorded(backend, session_id, steal=steal)
         try:
             loaded = await backend.load(session_id)
             header = loaded.meta.header

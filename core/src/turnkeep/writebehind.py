@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from turnkeep.auditing import note
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.errors import (
     EventRejectedError,
@@ -355,6 +356,19 @@ class WriteBehind:
                     ) from exc
                 writes.stored_summary = summary
 
+    async def _refused(
+        self,
+        session: Session,
+        writes: WriteState,
+        batch: Sequence[EventRecord],
+        why: str,
+    ) -> None:
+        """Mark the session fenced; record the refusal the first time."""
+        if not writes.fenced:
+            writes.fenced = True
+            detail = {"first_seq": batch[0].seq, "events": len(batch)}
+            await note(self.backend, "fenced_write", session.id, why, detail=detail)
+
     async def _append(
         self,
         session: Session,
@@ -395,10 +409,10 @@ class WriteBehind:
                 self.name, session.id, writes.in_doubt, writes.fenced, batch, exc
             ) from exc
         except SessionDeletedError as exc:
-            writes.fenced = True
+            await self._refused(session, writes, batch, "deleted by another process")
             raise deleted(session.id, len(batch), batch[0].seq) from exc
         except SessionFencedError as exc:
-            writes.fenced = True
+            await self._refused(session, writes, batch, "another process took over")
             if writes.in_doubt is not None:
                 raise in_doubt(
                     self.name, session.id, writes.in_doubt, writes.fenced, batch, exc

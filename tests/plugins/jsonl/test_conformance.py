@@ -58,6 +58,7 @@ class TestJsonlBackend(PersistenceContract):
     supports_load_after = True
     supports_wait_for_commit = True
     supports_cancel_requests = True
+    supports_audit = True
     supports_owner_death = True
 
     @pytest.fixture

@@ -175,7 +175,7 @@ async def test_the_schema_v1_fixture_loads(tmp_path: Path) -> None:
         assert {**numbers, "size": summary.size} == _numbers(raws)
     finally:
         await backend.aclose()
-    assert [v for v, _ in _migrations(path)] == [1, 2, 3, 4]
+    assert [v for v, _ in _migrations(path)] == [1, 2, 3, 4, 5]
     conn = sqlite3.connect(path)
     try:
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -183,6 +183,7 @@ async def test_the_schema_v1_fixture_loads(tmp_path: Path) -> None:
         conn.close()
     assert "sessions_by_status" in indexes  # version 3
     assert "cancel_requests" in indexes  # version 4
+    assert "audit_by_scope" in indexes  # version 5
 
 
 def test_the_v2_step_is_idempotent(tmp_path: Path) -> None:
@@ -223,7 +224,7 @@ def _migrations(path: Path) -> list[tuple[int, int]]:
 async def test_migration_is_idempotent(db_path: Path) -> None:
     await _stored_db(db_path)
     before = _snapshot(db_path.parent)
-    assert [v for v, _ in _migrations(db_path)] == [1, 2, 3, 4]
+    assert [v for v, _ in _migrations(db_path)] == [1, 2, 3, 4, 5]
     backend = SqlitePersistence(SqliteConfig(path=db_path))
     try:
         assert await backend.has("s")

@@ -36,6 +36,7 @@ import msgspec
 from turnkeep.agent.budgets import DEFAULT_MAX_STEPS, check_budgets, output_reserve
 from turnkeep.agent.models import describe_model
 from turnkeep.agent.tools import Tool, replay_policy, validate_tools
+from turnkeep.auditing import note
 from turnkeep.errors import ConfigurationError, ContextMismatchError, TurnkeepError
 from turnkeep.events import (
     BudgetsInfo,
@@ -344,7 +345,11 @@ async def adopt_context(
             found = differences(recorded.context, current)
             if found:
                 raise ContextMismatchError(session.id, found)
-    except TurnkeepError:
+    except TurnkeepError as exc:
+        if isinstance(exc, ContextMismatchError) and host.persistence_name:
+            why = {"why": "context mismatch"}
+            backend = host.require_persistence()
+            await note(backend, "refusal", session.id, str(exc), detail=why)
         # Nothing was appended: let the session go as it was loaded.
         with contextlib.suppress(TurnkeepError):
             await host.sessions.close(session.id)

@@ -36,6 +36,7 @@ import attrs
 
 from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.recovery import RecoveryReport, Settled
+from turnkeep.auditing import note
 from turnkeep.effects import Done, NotDone, Verdict
 from turnkeep.errors import (
     CallNotFoundError,
@@ -332,6 +333,15 @@ async def resolve_in_loop(
             f"session {session.id!r} is running a turn; resolve calls between "
             "turns (nothing was changed)"
         )
-    return await resolve_effect(
+    event = await resolve_effect(
         session, call_id, done=done, result=result, by=by, reason=reason
     )
+    if loop.host.persistence_name is not None:  # recorded by whoever resolved
+        await note(
+            loop.host.require_persistence(),
+            "resolution",
+            session.id,
+            reason or f"call {call_id} resolved as {event.data.outcome}",
+            detail={"call": call_id[:200], "outcome": event.data.outcome},
+        )
+    return event

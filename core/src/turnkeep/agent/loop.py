@@ -29,6 +29,7 @@ from typing import Any, overload
 
 import attrs
 
+from turnkeep.agent.audited import run_job
 from turnkeep.agent.budgets import DEFAULT_MAX_STEPS, TurnBudget, output_reserve
 from turnkeep.agent.context import (
     RECORDED,
@@ -43,7 +44,7 @@ from turnkeep.agent.effects import resolve_in_loop
 from turnkeep.agent.gate import DurabilityGate
 from turnkeep.agent.manifest import DriftPolicy, check_and_recover
 from turnkeep.agent.models import Model
-from turnkeep.agent.recovery import RecoveryReport, open_turn
+from turnkeep.agent.recovery import RecoveryReport
 from turnkeep.agent.steps import TurnRunner
 from turnkeep.agent.streams import TurnStream, open_stream
 from turnkeep.agent.tools import Tool
@@ -461,12 +462,7 @@ class AgentLoop:
         try:
             await self._gate.admit(running)
             runner = self._runner(running)
-            if isinstance(job, RecoverTurn):
-                report, result = await runner.recover(continue_turn=job.continue_turn)
-                return Outcome(result=result, report=report)
-            if open_turn(running.session.events) is not None:
-                await runner.recover(continue_turn=False)
-            return Outcome(result=await runner.new_turn(job.text))
+            return await run_job(self.host, runner, running.session, job)
         finally:
             if self._running.get(running.session.id) is running:
                 del self._running[running.session.id]

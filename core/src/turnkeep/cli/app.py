@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from turnkeep.cli import (
+    audit,
     backup,
     cancel,
     checks,
@@ -56,6 +57,7 @@ for _module in (
     view,
     checks,
     resolve,
+    audit,
     backup,
     exchange,
     migrate,

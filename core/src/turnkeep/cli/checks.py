@@ -24,6 +24,7 @@ import msgspec
 from turnkeep.agent.loop import AgentLoop
 from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import RecoveryReport, open_turn
+from turnkeep.auditing import note
 from turnkeep.cli.output import clean, confirm, emit_json
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
@@ -229,6 +230,14 @@ def repair(
                 nothing_done="nothing was cut",
             )
             cut = await maintenance.repair(session_id)
+            if cut is not None:
+                await note(
+                    backend,
+                    "repair",
+                    session_id,
+                    "`turnkeep repair`: the unacknowledged tail was cut",
+                    detail={"offset": cut.offset, "length": cut.length},
+                )
         if cut is None:
             return _nothing(
                 as_json, "nothing left to cut: another process cut it first"

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnkeep.agent.recovery import open_turn
+from turnkeep.auditing import delete_recorded
 from turnkeep.cli.output import (
     clean,
     confirm,
@@ -45,7 +46,7 @@ from turnkeep.meta import (
     SessionStatus,
     SessionSummary,
 )
-from turnkeep.persistence import SessionPersistence, delete_session
+from turnkeep.persistence import SessionPersistence
 
 __all__ = ["SessionRow", "register", "row"]
 
@@ -291,7 +292,8 @@ async def _remove(
     )
     # The backend refuses a session another live process holds (unless
     # forced); a damaged or newer session, which nobody can drive, goes as is.
-    await delete_session(backend, session_id, force=force)
+    why = "`turnkeep rm --force`" if force else "`turnkeep rm`"
+    await delete_recorded(backend, session_id, why, force=force)
     click.echo(f"deleted {clean(session_id)}")
 
 

@@ -26,6 +26,7 @@ pytest-asyncio.
 from __future__ import annotations
 
 from ._append import AppendContract
+from ._audit import AuditContract
 from ._cancel import CancelRequestContract
 from ._damage import CrashTailContract, FormatVersionContract
 from ._delete import DeleteContract
@@ -46,6 +47,7 @@ from ._summaryappend import SummaryAppendContract
 __all__ = [
     "HOSTILE_IDS",
     "AppendContract",
+    "AuditContract",
     "BackendHarness",
     "CancelRequestContract",
     "CrashTailContract",
@@ -86,5 +88,6 @@ class PersistenceContract(
     LoadAfterContract,
     FollowContract,
     CancelRequestContract,
+    AuditContract,
 ):
     """Every contract at once."""

@@ -79,6 +79,8 @@ class BackendHarness:
             `wait_for_commit` method.
         supports_cancel_requests: the backend has the optional
             `request_cancel` and `cancel_requested` methods.
+        supports_audit: the backend has the optional `record_audit` and
+            `audit_records` methods (the audit trail).
         supports_list_filter: `list` takes `where=` and filters natively
             (true by default; a backend written before filters existed
             declares false, and the kit checks core's fallback over it).
@@ -102,6 +104,7 @@ class BackendHarness:
     supports_list_filter: ClassVar[bool] = True
     supports_wait_for_commit: ClassVar[bool] = False
     supports_cancel_requests: ClassVar[bool] = False
+    supports_audit: ClassVar[bool] = False
 
     # -- optional storage manipulation (implement with the capability) -------
 

@@ -21,10 +21,16 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from turnkeep.audit import AuditRecord, check_record, check_records_range
 from turnkeep.backup import BackupReport
 from turnkeep.cancelrequest import CancelRequest, check_reason
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
-from turnkeep.errors import SessionLockedError, StorageError, TurnkeepError
+from turnkeep.errors import (
+    SessionLockedError,
+    SessionNotFoundError,
+    StorageError,
+    TurnkeepError,
+)
 from turnkeep.follow import check_wait
 from turnkeep.ids import validate_session_id
 from turnkeep.listfilter import ListFilter
@@ -33,7 +39,7 @@ from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
 
-from . import cancel
+from . import audit, cancel
 from .backup import backup
 from .config import JsonlConfig, default_path
 from .fileops import FileOps, OsFileOps
@@ -214,6 +220,54 @@ class JsonlPersistence:
             raise  # the file's content, already said
         except OSError as exc:
             raise storage_error(f"cannot read a cancel of {session_id!r}", exc) from exc
+
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        """Append an audit record, synced (`turnkeep_jsonl.audit`).
+
+        Takes the audit file's own lock, never the session's; the log is
+        untouched.
+        """
+        scope = None if scope is None else validate_session_id(scope)
+        check_record(record)
+        return await self._run(self._record_audit, scope, record)
+
+    async def audit_records(
+        self, scope: str | None, after: int, limit: int
+    ) -> list[AuditRecord]:
+        """The scope's audit records numbered above `after`, at most `limit`."""
+        scope = None if scope is None else validate_session_id(scope)
+        check_records_range(after, limit)
+        return await self._run(self._audit_records, scope, after, limit)
+
+    def _audit_dir(self, scope: str | None, *, create: bool) -> tuple[str | None, int]:
+        if scope is not None:
+            return self._impl.reads.locate(scope)
+        root = self._impl.store.root(create=create)
+        return None, -1 if root is None else root
+
+    def _record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        stem, fd = self._audit_dir(scope, create=True)
+        try:
+            return audit.record(self._impl.store, fd, stem, record)
+        except audit.SessionGone as exc:
+            raise SessionNotFoundError(f"no stored session {scope!r}") from exc
+        except StorageError:
+            raise  # the file's content, already said
+        except OSError as exc:
+            raise storage_error(f"cannot record an audit of {scope!r}", exc) from exc
+
+    def _audit_records(
+        self, scope: str | None, after: int, limit: int
+    ) -> list[AuditRecord]:
+        stem, fd = self._audit_dir(scope, create=False)
+        if fd < 0:
+            return []  # no store yet: nothing recorded
+        try:
+            return audit.read_records(self._impl.store, fd, stem, after, limit)
+        except StorageError:
+            raise  # the file's content, already said
+        except OSError as exc:
+            raise storage_error(f"cannot read the audit of {scope!r}", exc) from exc
 
     async def list(
         self,

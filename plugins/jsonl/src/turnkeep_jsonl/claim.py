@@ -15,17 +15,21 @@ check fails before its next flush is acknowledged.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from typing import Final
 
 import msgspec
 
+from turnkeep.audit import audit_record
 from turnkeep.errors import (
     SessionLockedError,
     SessionNotFoundError,
+    StorageError,
 )
 from turnkeep.meta import SessionSummary
 
+from . import audit
 from .fileops import write_all
 from .format import Owner, Sidecar, encode_owner
 from .handle import (
@@ -43,6 +47,8 @@ from .names import LOG_SUFFIX, QUARANTINE_DIR, quarantine_name, temp_name
 from .scan import CHUNK, ScanResult, ScanState
 from .store import NEW_FILE_FLAGS, Store, storage_error
 from .summary import Numbers, merge_summary, read_sidecar
+
+log = logging.getLogger("turnkeep_jsonl")
 
 __all__ = ["open_stored", "quarantine", "reconcile", "take_epoch"]
 
@@ -187,7 +193,7 @@ def reconcile(store: Store, handle: Handle, size: int, *, max_line: int) -> None
     if result.end != handle.end or result.state.flush != handle.state.flush:
         raise fence(handle, "its log was extended by another writer")
     try:
-        quarantine(store, handle.stem, handle.fd, result.end, size)
+        _quarantine(store, handle, handle.fd, result.end, size)
         ops.ftruncate(handle.fd, result.end)
     except OSError as exc:
         raise poison(handle, exc, "cutting a torn tail") from exc
@@ -230,7 +236,7 @@ def _next_owner(state: ScanState) -> bytes:
 def _in_place(store: Store, handle: Handle, result: ScanResult) -> None:
     ops = store.ops
     if result.tail:
-        quarantine(store, handle.stem, handle.fd, result.end, result.size)
+        _quarantine(store, handle, handle.fd, result.end, result.size)
         ops.ftruncate(handle.fd, result.end)
     line = _next_owner(handle.state)
     write_all(ops, handle.fd, line, result.end)
@@ -255,7 +261,7 @@ def _rewrite(
     try:
         for _ in range(_REWRITE_ROUNDS):
             if result.tail:
-                quarantine(store, handle.stem, old, result.end, result.size)
+                _quarantine(store, handle, old, result.end, result.size)
             line = _next_owner(result.state)
             tmp = temp_name(handle.stem, LOG_SUFFIX, ops.token())
             fd = ops.open(tmp, os.O_RDWR | NEW_FILE_FLAGS, 0o600, dir_fd=handle.gfd)
@@ -300,7 +306,28 @@ def _rewrite(
     return result
 
 
-def quarantine(store: Store, stem: str, fd: int, start: int, end: int) -> None:
+def _quarantine(store: Store, handle: Handle, fd: int, start: int, end: int) -> None:
+    """`quarantine`, then an audit record in the session's `.audit` file.
+
+    The record says where and how much was moved aside, never the bytes; a
+    record that cannot be written is logged and the cut goes on (the
+    quarantine file is durable already, see `turnkeep.auditing`).
+    """
+    name = quarantine(store, handle.stem, fd, start, end)
+    record = audit_record(
+        "quarantine",
+        handle.header.id,
+        "an unacknowledged tail was moved aside before the log is written on",
+        detail={"offset": start, "length": end - start, "file": name},
+    )
+    try:
+        audit.record(store, handle.gfd, handle.stem, record)
+    except (OSError, StorageError, audit.SessionGone) as exc:
+        # Why swallowed: the bytes are safe in quarantine; the record is a note.
+        log.warning("the audit record of a quarantine could not be written: %s", exc)
+
+
+def quarantine(store: Store, stem: str, fd: int, start: int, end: int) -> str:
     """Copy the bytes `[start, end)` of a log into a new 0600 file, durably (R5)."""
     ops = store.ops
     qdir = store.subdir(QUARANTINE_DIR, create=True)
@@ -314,6 +341,7 @@ def quarantine(store: Store, stem: str, fd: int, start: int, end: int) -> None:
     finally:
         ops.close(q)
     ops.fsync_dir(qdir)
+    return name
 
 
 def _copy(store: Store, src: int, dst: int, start: int, end: int) -> None:

@@ -17,6 +17,8 @@ import re
 from typing import Final
 
 __all__ = [
+    "AUDIT_LOG",
+    "AUDIT_SUFFIX",
     "CANCEL_SUFFIX",
     "CATALOG",
     "CATALOG_LOCK",
@@ -37,6 +39,7 @@ __all__ = [
 LOG_SUFFIX: Final = ".jsonl"
 SIDECAR_SUFFIX: Final = ".meta"
 CANCEL_SUFFIX: Final = ".cancel"
+AUDIT_SUFFIX: Final = ".audit"
 LOCK_SUFFIX: Final = ".lock"
 QUARANTINE_SUFFIX: Final = ".broken"
 TEMP_SUFFIX: Final = ".tmp"
@@ -45,6 +48,7 @@ LOCKS_DIR: Final = "locks"
 QUARANTINE_DIR: Final = "quarantine"
 CATALOG: Final = "catalog.jsonl"
 CATALOG_LOCK: Final = "catalog.lock"
+AUDIT_LOG: Final = "audit.jsonl"
 
 _MAX_ENCODED: Final = 180
 """Longest base32 stem; longer ids are hashed so every derived name (stem plus

@@ -31,6 +31,7 @@ from .handle import Handle, check_watermark, scan_log
 from .listing import Run, run_of
 from .locks import lock, unlock
 from .names import (
+    AUDIT_SUFFIX,
     CANCEL_SUFFIX,
     LOG_SUFFIX,
     QUARANTINE_DIR,
@@ -300,6 +301,7 @@ class Unheld:
                 raise SessionNotFoundError(f"no stored session {session_id!r}") from exc
             self.store.discard(gfd, stem + SIDECAR_SUFFIX)
             self.store.discard(gfd, stem + CANCEL_SUFFIX)
+            self.store.discard(gfd, stem + AUDIT_SUFFIX)
             self._drop_quarantine(stem)
             self._drop_temporary(gfd, stem)
             ops.fsync_dir(gfd)

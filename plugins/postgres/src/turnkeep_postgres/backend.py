@@ -27,6 +27,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from turnkeep.audit import AuditRecord, check_record, check_records_range
 from turnkeep.backendkit import DamagedSessions, outcome_unknown
 from turnkeep.cancelrequest import CancelRequest, check_reason
 from turnkeep.codec import EventRecord
@@ -44,7 +45,7 @@ from turnkeep.ids import validate_session_id
 from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
-from turnkeep_postgres import cancel, reads, writes
+from turnkeep_postgres import audit, cancel, reads, writes
 from turnkeep_postgres.config import PostgresConfig
 from turnkeep_postgres.follow import CommitListener
 from turnkeep_postgres.schema import check_server, configure_connection, migrate
@@ -280,6 +281,28 @@ class PostgresPersistence:
         return await self._read(
             f"reading the cancel requests of {session_id!r}",
             lambda conn, _: cancel.cancel_requested(conn, schema, session_id, after),
+        )
+
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        """Store an audit record (`turnkeep_postgres.audit`): no lease taken."""
+        scope = None if scope is None else validate_session_id(scope)
+        check_record(record)
+        schema = self.config.schema
+        return await self._read(
+            f"recording an audit of {scope!r}",
+            lambda conn, _: audit.record_audit(conn, schema, scope, record),
+        )
+
+    async def audit_records(
+        self, scope: str | None, after: int, limit: int
+    ) -> list[AuditRecord]:
+        """The scope's audit records numbered above `after` (one index range)."""
+        scope = None if scope is None else validate_session_id(scope)
+        check_records_range(after, limit)
+        schema = self.config.schema
+        return await self._read(
+            f"reading the audit of {scope!r}",
+            lambda conn, _: audit.audit_records(conn, schema, scope, after, limit),
         )
 
     async def list(

@@ -69,7 +69,7 @@ __all__ = [
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The schema version this code writes and the newest it reads."""
 
 LOCK_NAMESPACE: Final = 0x746B
@@ -341,6 +341,41 @@ def _migration_6(schema: str) -> Migration:
     )
 
 
+def _migration_7(ident: sql.Identifier) -> Migration:
+    """`audit`: the audit trail (`turnkeep_postgres.audit`).
+
+    A session's records (`session_scope` its id, deleted with it) and the
+    store's log (`session_scope` NULL), numbered per scope.
+    """
+    sessions = sql.SQL("{}.sessions").format(ident)
+    audit = sql.SQL("{}.audit").format(ident)
+    return Migration(
+        7,
+        "audit trail",
+        (
+            sql.SQL(
+                """CREATE TABLE IF NOT EXISTS {audit} (
+                    key bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    session_scope text COLLATE "C"
+                        REFERENCES {sessions} (id) ON DELETE CASCADE,
+                    number bigint NOT NULL CHECK (number >= 1),
+                    at bigint NOT NULL,
+                    action text NOT NULL,
+                    session_id text,
+                    reason text NOT NULL,
+                    host text NOT NULL,
+                    pid bigint NOT NULL,
+                    detail text NOT NULL
+                )"""
+            ).format(audit=audit, sessions=sessions),
+            sql.SQL(
+                "CREATE UNIQUE INDEX IF NOT EXISTS audit_by_scope ON {audit} "
+                "((coalesce(session_scope, '')), number)"
+            ).format(audit=audit),
+        ),
+    )
+
+
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
@@ -351,6 +386,7 @@ def migrations(schema: str) -> tuple[Migration, ...]:
         _migration_4(ident),
         _migration_5(schema),
         _migration_6(schema),
+        _migration_7(ident),
     )
 
 

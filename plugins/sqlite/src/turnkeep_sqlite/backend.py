@@ -26,6 +26,7 @@ from typing import TypeVar
 import attrs
 import msgspec
 
+from turnkeep.audit import AuditRecord, check_record, check_records_range
 from turnkeep.backendkit import DamagedSessions, outcome_unknown
 from turnkeep.backup import BackupReport
 from turnkeep.cancelrequest import CancelRequest, check_reason
@@ -43,7 +44,7 @@ from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
-from turnkeep_sqlite import cancel, follow, reads, writes
+from turnkeep_sqlite import audit, cancel, follow, reads, writes
 from turnkeep_sqlite.backup import backup_into, make_target
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
@@ -223,6 +224,22 @@ class SqlitePersistence:
         session_id = validate_session_id(session_id)
         return await self._read(
             lambda conn: cancel.cancel_requested(conn, session_id, after)
+        )
+
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        """Store an audit record (`turnkeep_sqlite.audit`): no writer role."""
+        scope = None if scope is None else validate_session_id(scope)
+        check_record(record)
+        return await self._write(lambda tx: audit.record_audit(tx, scope, record))
+
+    async def audit_records(
+        self, scope: str | None, after: int, limit: int
+    ) -> list[AuditRecord]:
+        """The scope's audit records numbered above `after` (one index range)."""
+        scope = None if scope is None else validate_session_id(scope)
+        check_records_range(after, limit)
+        return await self._read(
+            lambda conn: audit.audit_records(conn, scope, after, limit)
         )
 
     async def read_intact(self, session_id: str) -> IntactLog:

@@ -45,7 +45,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("turnkeep_sqlite")
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema this code writes, and the newest it reads.
 
 1: sessions, events, schema_migrations. 2: `sessions.turns` and
@@ -53,6 +53,8 @@ SCHEMA_VERSION: Final = 4
 the events of existing sessions. 3: the index `sessions_by_status`, which
 serves `list` filtered by status. 4: the table `cancel_requests` (each
 session's latest request to cancel its running turn, from any process).
+5: the table `audit` (the audit trail: each session's records, deleted
+with it, and the store's log, `session_key` NULL).
 """
 
 APPLICATION_ID: Final = 0x544B5351
@@ -167,6 +169,27 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
                 reason       TEXT NOT NULL,
                 requested_at INTEGER NOT NULL
             )""",
+        ),
+    ),
+    (
+        5,
+        _statements(
+            """CREATE TABLE IF NOT EXISTS audit (
+                key         INTEGER PRIMARY KEY,
+                session_key INTEGER REFERENCES sessions (key) ON DELETE CASCADE,
+                number      INTEGER NOT NULL CHECK (number >= 1),
+                at          INTEGER NOT NULL,
+                action      TEXT NOT NULL,
+                session_id  TEXT,
+                reason      TEXT NOT NULL,
+                host        TEXT NOT NULL,
+                pid         INTEGER NOT NULL,
+                detail      TEXT NOT NULL
+            )""",
+            # One range per scope (0: the store's log; session keys are >= 1),
+            # and no two records of a scope with one number.
+            """CREATE UNIQUE INDEX IF NOT EXISTS audit_by_scope
+                ON audit (coalesce(session_key, 0), number)""",
         ),
     ),
 )

@@ -1,0 +1,159 @@
+"""What the loop and the session store record in the audit trail, and when.
+
+Each action is recorded by the process that acts, after it happened: the
+new owner records a takeover (and stealing a session nobody holds is no
+takeover), the fenced-out owner the write it was refused, the loop a
+recovery, a turn refused by a blocking unknown effect or by a changed run
+context, and a resolution. A record that cannot be written is logged and
+never fails the action. Two hosts over one `MemoryStorage` act as two
+processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+from tests.loop.support import SharedMemory, SpyTool, shared_host
+from tests.loop.test_effects import BlockingTool, blocked_log, model_for_turn_3
+
+from turnkeep import AgentLoop, Host
+from turnkeep.audit import AuditRecord
+from turnkeep.auditing import delete_recorded, note, read_trail
+from turnkeep.errors import (
+    ContextMismatchError,
+    EffectBlockedError,
+    FlushError,
+    StorageError,
+)
+from turnkeep.events import UserMessageData
+from turnkeep.memory import MemoryPersistence
+from turnkeep.testing import ScriptedModel
+
+
+async def trail(host: Host, scope: str | None = "s") -> list[AuditRecord]:
+    return await read_trail(host.require_persistence(), scope)
+
+
+@pytest.mark.asyncio
+async def test_recovery_a_blocked_turn_and_the_resolution_are_recorded() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        _, cut = await blocked_log(host)
+    async with shared_host(shared) as host:
+        loop = await AgentLoop.resume(
+            "agent",
+            "s",
+            host=host,
+            model=model_for_turn_3(),
+            tools=[BlockingTool("act")],
+        )
+        with pytest.raises(EffectBlockedError):
+            await loop.run_turn("go on")
+        await loop.resolve(cut, done=True, by="ana", reason="checked it")
+        await loop.run_turn("go on")  # accepted: nothing more is recorded
+        await loop.close()
+        recovery, refusal, resolution = await trail(host)
+    assert [r.number for r in (recovery, refusal, resolution)] == [1, 2, 3]
+    assert recovery.action == "recovery"
+    assert recovery.detail == {
+        "turn": 2,
+        "interrupted": 1,
+        "rerun": 0,
+        "continued": "no",
+    }
+    assert (refusal.action, refusal.detail) == ("refusal", {"why": "effect blocked"})
+    assert cut in refusal.reason
+    assert (resolution.action, resolution.reason) == ("resolution", "checked it")
+    assert resolution.detail == {"call": cut, "outcome": "done"}
+    for record in (recovery, refusal, resolution):
+        assert (record.pid, record.session_id) == (os.getpid(), "s")
+        assert record.host
+
+
+@pytest.mark.asyncio
+async def test_a_changed_run_context_is_a_recorded_refusal() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        loop = AgentLoop.create(
+            "a", host=host, model=ScriptedModel(["x"]), session_id="s"
+        )
+        await loop.run_turn("hello")
+        await loop.close()
+    async with shared_host(shared) as host:
+        with pytest.raises(ContextMismatchError):
+            await AgentLoop.resume(
+                "a", "s", host=host, model=ScriptedModel(["x"]), tools=[SpyTool("t")]
+            )
+        (refusal,) = await trail(host)
+    assert (refusal.action, refusal.detail) == ("refusal", {"why": "context mismatch"})
+    assert "tool 't'" in refusal.reason
+
+
+@pytest.mark.asyncio
+async def test_the_new_owner_records_the_takeover_the_old_one_its_refused_write() -> (
+    None
+):
+    shared = SharedMemory()
+    async with shared_host(shared) as old, shared_host(shared) as new:
+        session = old.sessions.create("s")
+        session.append(UserMessageData(text="one"))
+        await session.flush()
+        taken = await new.sessions.resume("s", steal=True)
+        (takeover,) = await trail(new)
+        assert (takeover.action, takeover.detail) == ("takeover", {"holder": "live"})
+        session.append(UserMessageData(text="two"))
+        with pytest.raises(FlushError):
+            await session.flush()
+        with pytest.raises(FlushError):
+            await session.flush()  # refused again: recorded once
+        records = await trail(new)
+        assert [r.action for r in records] == ["takeover", "fenced_write"]
+        assert records[1].detail == {"first_seq": 1, "events": 1}
+        await old.sessions.abandon("s")
+        await new.sessions.close(taken.id)
+        # Stealing a session nobody holds fences nobody: no takeover.
+        await new.sessions.resume("s", steal=True)
+        assert len(await trail(new)) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_deletion_outlives_its_session_in_the_store_log() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="secret"))
+        await host.sessions.close("s")
+        backend = host.require_persistence()
+        await note(backend, "repair", "s", "a note that goes with the session")
+        deleted = await delete_recorded(backend, "s", "asked by ops")
+        assert deleted is not None
+        assert await trail(host, None) == [deleted]
+        assert (deleted.session_id, deleted.reason, deleted.detail) == (
+            "s",
+            "asked by ops",
+            {},
+        )
+
+
+class _FailingTrail(MemoryPersistence):
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        raise StorageError("the audit store is full")
+
+
+@pytest.mark.asyncio
+async def test_a_failed_record_is_logged_and_the_action_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = _FailingTrail()
+    shared = SharedMemory(storage=backend.storage)
+    async with shared_host(shared) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="x"))
+        await host.sessions.close("s")
+    with caplog.at_level(logging.WARNING, logger="turnkeep.audit"):
+        assert await delete_recorded(backend, "s", "ops") is None
+    assert not await backend.has("s")
+    assert "could not be written" in caplog.text
+    assert "the audit store is full" in caplog.text

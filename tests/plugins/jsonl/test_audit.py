@@ -1,0 +1,60 @@
+"""The JSONL audit files: checksummed lines, a torn last line, damage named.
+
+- A session's records are `<stem>.audit` beside its log, the store's are
+  `audit.jsonl` at the root; both are 0600 and the log is not touched.
+- A torn last line (a crash mid-append: never acknowledged) is ignored by
+  readers and cut by the next recorder, which numbers after the last
+  complete record.
+- A complete line whose checksum does not match is a `StorageError` naming
+  the file, for readers and recorders alike.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from plugins.jsonl.helpers import turns, write_session
+from turnkeep.audit import audit_record
+from turnkeep.errors import StorageError
+from turnkeep_jsonl import JsonlPersistence
+from turnkeep_jsonl.names import LOG_SUFFIX, session_name
+
+
+@pytest.mark.asyncio
+async def test_files_lines_torn_tails_and_damage(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    write_session(root, turns(1))
+    (log,) = root.rglob(session_name("s") + LOG_SUFFIX)
+    before = log.read_bytes()
+    backend = JsonlPersistence(root)
+    try:
+        first = await backend.record_audit("s", audit_record("repair", "s", "cut"))
+        (side,) = root.rglob("*.audit")
+        assert side.name == session_name("s") + ".audit"
+        assert stat.S_IMODE(side.stat().st_mode) == 0o600
+        assert log.read_bytes() == before
+        store = await backend.record_audit(None, audit_record("deletion", "x", "r"))
+        assert (root / "audit.jsonl").exists()
+        assert store.number == first.number == 1
+
+        with side.open("ab") as f:
+            f.write(b'0badc0de {"at": 1, "acti')  # torn: no newline
+        assert await backend.audit_records("s", 0, 10) == [first]
+        second = await backend.record_audit("s", audit_record("repair", "s", "again"))
+        assert second.number == 2
+        assert await backend.audit_records("s", 0, 10) == [first, second]
+        assert side.read_bytes().count(b"\n") == 2
+
+        side.write_bytes(side.read_bytes().replace(b"again", b"AGAIN"))
+        with pytest.raises(StorageError, match=r"\.audit"):
+            await backend.audit_records("s", 0, 10)
+        with pytest.raises(StorageError, match="damaged"):
+            await backend.record_audit("s", audit_record("repair", "s", "more"))
+        await backend.delete("s")
+        assert not side.exists()
+        assert await backend.audit_records(None, 0, 10) == [store]
+    finally:
+        await backend.aclose()
