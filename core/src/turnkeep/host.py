@@ -14,7 +14,6 @@ Lifecycle: `plugin_apply` is historic (replayed to plugins registered later);
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -32,14 +31,13 @@ from turnkeep._pluggy import (
 )
 from turnkeep.backends import BackendEntry
 from turnkeep.clock import Clock, now_ms
+from turnkeep.closereport import CloseReport, closed_over
 from turnkeep.codec import EventCodec
 from turnkeep.commits import CommitReporter
 from turnkeep.config import Config, as_config
 from turnkeep.effects import Verdict, decide
 from turnkeep.errors import (
     FlushError,
-    PluginDisposeError,
-    TurnkeepError,
 )
 from turnkeep.events import Manifest, SessionEvent, ToolCall
 from turnkeep.manifests import gather
@@ -48,12 +46,10 @@ from turnkeep.plugins import PluginSet
 from turnkeep.redaction import run_redact_event, run_redact_text
 from turnkeep.reload import Reloader
 from turnkeep.session import Session
-from turnkeep.store import CloseReport, SessionStore
+from turnkeep.store import SessionStore
 from turnkeep.transcripts import TranscriptEntry, checked_transcript
 
 __all__ = ["Host"]
-
-_log = logging.getLogger("turnkeep")
 
 T = TypeVar("T")
 E = TypeVar("E", bound=SessionEvent)
@@ -143,19 +139,10 @@ class Host:
             return self.close_reports
         reports = await self.sessions.close_all() if self._started else []
         self._closed = True
-        errors = await self._set.dispose_all(self)
-        for session in self.sessions.list():
-            session.closed = True  # nothing could store what it would take
-        self.close_reports = [r for r in reports if not r.saved]
-        for report in self.close_reports:
-            _log.error("closing the host: %s", report.describe())
-        if errors:
-            first = errors[0]
-            if isinstance(first, TurnkeepError):
-                raise first
-            raise PluginDisposeError(
-                f"disposing a plugin failed while closing the host: {first!r}"
-            ) from first
+        try:
+            await self._set.dispose_all(self)
+        finally:
+            self.close_reports = closed_over(self.sessions.list(), reports)
         return self.close_reports
 
     async def __aenter__(self) -> Host:
@@ -343,8 +330,6 @@ class Host:
                 `turnkeep.manifests.gather`; without it, failures are logged).
         """
         impls = live_impls(self.pm, "turn_manifest")
-        if not impls:
-            return None
         return await gather(impls, session, strict=strict)
 
     def render_transcript(

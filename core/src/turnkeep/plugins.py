@@ -30,7 +30,9 @@ from turnkeep.config import Config
 from turnkeep.errors import (
     HookContractError,
     PersistenceNotConfiguredError,
+    PluginDisposeError,
     PluginNotFoundError,
+    TurnkeepError,
 )
 from turnkeep.eventtypes import EventTypeRegistry
 from turnkeep.hookspecs import PluginHost
@@ -190,12 +192,13 @@ class PluginSet:
         self.backends.check_tables(config)
         self.activate(config)
 
-    async def dispose_all(self, host: PluginHost) -> list[Exception]:
+    async def dispose_all(self, host: PluginHost) -> None:
         """Dispose and unregister every plugin, newest first.
 
-        Returns:
-            What the plugins that failed to stop raised (every plugin is
-            still disposed and unregistered).
+        Raises:
+            PluginDisposeError: a plugin failed to stop (every plugin was
+                still disposed and unregistered); a `TurnkeepError` it
+                raised is raised as it is.
         """
         errors: list[Exception] = []
         for plugin in reversed(self.ordered()):
@@ -204,7 +207,13 @@ class PluginSet:
             except Exception as exc:  # noqa: BLE001 - every plugin still gets disposed
                 errors.append(exc)
             self.unregister(plugin)
-        return errors
+        if errors:
+            first = errors[0]
+            if isinstance(first, TurnkeepError):
+                raise first
+            raise PluginDisposeError(
+                f"disposing a plugin failed while closing the host: {first!r}"
+            ) from first
 
     def activate(self, config: Config) -> None:
         """Build the configured backend and register what takes the events.
