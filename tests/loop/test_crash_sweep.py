@@ -71,6 +71,7 @@ from turnkeep.agent import encode_messages
 from turnkeep.agent.history import history_of
 from turnkeep.agent.messages import derive_messages, partial_content
 from turnkeep.agent.recovery import open_turn, pairing_problems
+from turnkeep.auditing import read_trail
 from turnkeep.errors import ManifestDriftError
 from turnkeep.events import (
     AssistantChunk,
@@ -208,6 +209,25 @@ def check_manifests(events: list[SessionEvent], ledger: list[str], where: str) -
         assert manifest == {"ledger": expected}, f"{where}: seq {event.seq}"
 
 
+async def trail(host: Host, trial: Trial) -> list[tuple[str, int, str]]:
+    """The session's audit records but quarantines: action, pid, `detail["why"]`.
+
+    A JSONL log that a power cut left with a torn tail has it moved aside
+    when this process claims the session: that quarantine is recorded too,
+    by this process, and only then.
+    """
+    records = await read_trail(host.require_persistence(), SESSION)
+    for record in records:
+        if record.action == "quarantine":
+            assert record.pid == os.getpid(), trial
+            assert (trial.backend, trial.kind) == ("jsonl", "power"), trial
+    return [
+        (r.action, r.pid, str(r.detail.get("why", "")))
+        for r in records
+        if r.action != "quarantine"
+    ]
+
+
 @attrs.frozen
 class Trial:
     """One seeded trial: where to crash and what the workload looks like."""
@@ -320,6 +340,10 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
             if kind == "power" or backend == "sqlite":
                 assert not intent, f"{where}: an intent never fsynced was loaded"
 
+        # The crashed child took no action the trail records; a cold load
+        # (read-only) records nothing either.
+        assert await trail(host, trial) == [], where
+
         # The manifest: the ledger is the outside state the turns act on.
         world = crash_script.LedgerManifest(ledger_path)
         host.register(world)
@@ -354,6 +378,10 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
             assert refused.value.since_seq == last[0], where
             assert await load(host, session_id) == before, f"{where}: refusal wrote"
             assert ledger_tool.invoked == peek.invoked == [], where
+            refusals = [("refusal", os.getpid(), "manifest drift")]
+        else:
+            refusals = []
+        assert await trail(host, trial) == refusals, where
         loop = await resume("record")
         report = loop.recovery
         assert report is not None
@@ -398,6 +426,10 @@ async def check_trial(trial: Trial, reply: dict[str, Any]) -> None:
         check_manifests(durable, read_ledger(ledger_path), where)
         for call_id in report.interrupted:
             assert results_of(durable)[call_id].data.status == "interrupted", where
+        # The resuming process recorded the recovery it made (after the
+        # refusal, if any), and nothing for a resume that recovered nothing.
+        recovered = [("recovery", os.getpid(), "")] if report.recovered else []
+        assert await trail(host, trial) == refusals + recovered, where
 
         result = await loop.run_turn("after the crash")
         assert result.status == "completed", f"{where}: {result}"
@@ -463,6 +495,7 @@ async def check_partial_trial(trial: Trial, reply: dict[str, Any]) -> None:
             ],
             continue_turn=trial.continue_turn,
         )
+        assert await trail(host, trial) == [("recovery", os.getpid(), "")], where
         session = host.sessions.get(SESSION)
         cut = [
             e.data

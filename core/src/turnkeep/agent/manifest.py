@@ -29,6 +29,7 @@ from typing import Literal, Protocol, TypeAlias
 
 from turnkeep.agent.effects import recover_or_let_go
 from turnkeep.agent.recovery import RecoveryReport
+from turnkeep.auditing import note
 from turnkeep.errors import (
     ConfigurationError,
     ManifestDriftError,
@@ -112,7 +113,11 @@ async def check_and_recover(
     try:
         session = host.sessions.get(loop.session_id)
         await check_drift(host, session, policy, loop.on_event)
-    except (ConfigurationError, ManifestDriftError, ManifestHookError):
+    except (ConfigurationError, ManifestDriftError, ManifestHookError) as exc:
+        if isinstance(exc, ManifestDriftError) and host.persistence_name:
+            why = {"why": "manifest drift"}
+            backend = host.require_persistence()
+            await note(backend, "refusal", loop.session_id, str(exc), detail=why)
         # The refusal is the error to report, not a failed release.
         with contextlib.suppress(TurnkeepError):
             await host.sessions.close(loop.session_id)
