@@ -58,3 +58,30 @@ async def test_files_lines_torn_tails_and_damage(tmp_path: Path) -> None:
         assert await backend.audit_records(None, 0, 10) == [store]
     finally:
         await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_backup_keeps_the_audit_trail(tmp_path: Path) -> None:
+    # The session's records and the store's log come along, up to their last
+    # complete line; a torn last line (a recorder mid-append) is left out.
+    root = tmp_path / "store"
+    write_session(root, turns(1))
+    backend = JsonlPersistence(root)
+    try:
+        kept = await backend.record_audit("s", audit_record("repair", "s", "cut"))
+        deleted = await backend.record_audit(None, audit_record("deletion", "x", "r"))
+        (side,) = root.rglob("*.audit")
+        with side.open("ab") as f:
+            f.write(b'0badc0de {"at": 1, "acti')  # torn: no newline
+        await backend.backup(tmp_path / "copy")
+    finally:
+        await backend.aclose()
+    copy = JsonlPersistence(tmp_path / "copy")
+    try:
+        assert await copy.audit_records("s", 0, 10) == [kept]
+        assert await copy.audit_records(None, 0, 10) == [deleted]
+        (copied,) = (tmp_path / "copy").rglob("*.audit")
+        assert not copied.read_bytes().endswith(b"acti")
+        assert stat.S_IMODE(copied.stat().st_mode) == 0o600
+    finally:
+        await copy.aclose()

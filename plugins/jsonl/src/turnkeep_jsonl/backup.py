@@ -12,7 +12,9 @@ session's files are copied under the same group and stem:
   found by the same scan `load` runs): the log is append-only below that
   offset, so the bytes copied are exactly the units the scan checked; an
   unfinished flush after it is not copied;
-- the catalog is rebuilt from the copied files, so it lists exactly them.
+- its audit records (`<stem>.audit`), up to their last complete line;
+- the catalog is rebuilt from the copied files, so it lists exactly them,
+  and the store's own audit log (`audit.jsonl`) is copied the same way.
 
 Locks and quarantine files are not copied (a lock guards a live writer of
 the original; quarantined bytes were never acknowledged). A session
@@ -36,7 +38,14 @@ from .catalog import Catalog
 from .fileops import FileOps, write_all
 from .format import MAX_HEADER_BYTES, decode_header, decode_sidecar
 from .handle import check_watermark, scan_log
-from .names import LOG_SUFFIX, SIDECAR_SUFFIX, is_session_log, temp_name
+from .names import (
+    AUDIT_LOG,
+    AUDIT_SUFFIX,
+    LOG_SUFFIX,
+    SIDECAR_SUFFIX,
+    is_session_log,
+    temp_name,
+)
 from .operations import Operations
 from .store import NEW_FILE_FLAGS, READ_FLAGS, Store, storage_error
 from .summary import SIDECAR_LIMIT
@@ -70,6 +79,11 @@ def backup(impl: Operations, destination: Path) -> BackupReport:
                 stem = is_session_log(filename)
                 if stem is not None:
                     _copy_session(impl, gfd, group, stem, target, copied)
+        source_root = impl.store.root(create=False)
+        if source_root is not None:
+            dest_root = target.root(create=True)
+            assert dest_root is not None  # noqa: S101 - create=True never returns None
+            _copy_lines(ops, source_root, AUDIT_LOG, dest_root)
         dest_catalog = Catalog(target, ops, impl.max_line)
         try:
             dest_catalog.rewrite()
@@ -150,6 +164,7 @@ def _copy_files(
         ops.close(fd)
     if sidecar is not None:
         target.write_atomic(dest_gfd, stem + SIDECAR_SUFFIX, sidecar)
+    _copy_lines(ops, gfd, stem + AUDIT_SUFFIX, dest_gfd)
     tally.sessions += 1
     tally.events += result.state.seq
 
@@ -188,6 +203,25 @@ def _copy_prefix(ops: FileOps, src: int, end: int, dest_gfd: int, name: str) -> 
         ops.unlink(tmp, dir_fd=dest_gfd)
         raise
     ops.fsync_dir(dest_gfd)
+
+
+def _copy_lines(ops: FileOps, src_dir: int, name: str, dest_dir: int) -> None:
+    """Copy `name` (an audit file) up to its last complete line, if it exists.
+
+    A recorder appends under its own lock while the copy runs: the lines
+    before the last newline read are complete, checksummed records.
+    """
+    try:
+        fd = ops.open(name, READ_FLAGS, dir_fd=src_dir)
+    except FileNotFoundError:
+        return
+    try:
+        data = ops.pread(fd, ops.fstat(fd).st_size, 0)
+        end = data.rfind(b"\n") + 1
+        if end:
+            _copy_prefix(ops, fd, end, dest_dir, name)
+    finally:
+        ops.close(fd)
 
 
 def _size_of(ops: FileOps, target: Store) -> int:
