@@ -23,6 +23,7 @@ import attrs
 import click
 import msgspec
 
+from turnkeep.auditing import delete_recorded
 from turnkeep.cli import import_codex, import_pi
 from turnkeep.cli.files import write_private
 from turnkeep.cli.importers import plan_messages
@@ -284,7 +285,8 @@ async def _store(
         with contextlib.suppress(SessionNotFoundError):
             await host.sessions.abandon(target, reason="import failed")
         with contextlib.suppress(SessionNotFoundError):
-            await store.backend.delete(target)
+            why = "import failed: the half-imported session was removed"
+            await delete_recorded(store.backend, target, why)
         raise
 
 
