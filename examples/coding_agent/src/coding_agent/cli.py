@@ -35,6 +35,7 @@ from coding_agent.script import TASK
 from coding_agent.workspace import Workspace
 from turnkeep import Host, SessionEvent, Tool, ToolContext, load_config
 from turnkeep.agent import replay_policy
+from turnkeep.agent.tools import unknown_policy
 from turnkeep.errors import ContextMismatchError, TurnkeepError
 from turnkeep.events import (
     AssistantMessage,
@@ -132,6 +133,9 @@ class _Held:
     @property
     def replay(self) -> str:
         return replay_policy(self.tool)
+
+    def on_unknown(self, arguments: Mapping[str, Any]) -> str:
+        return unknown_policy(self.tool, arguments)
 
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         await self.tool.run(arguments, context)
