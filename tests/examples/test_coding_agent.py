@@ -354,7 +354,7 @@ def test_killed_mid_command_then_resumed_by_a_new_process(
             call_id,
             "--done",
             "--result",
-            f"exit status 0\n{report}",
+            report,
             "--reason",
             f"test-report.txt says {report}",
         ],

@@ -86,8 +86,14 @@ def alive(pid: int) -> bool:
 
 
 def gone(pids: list[int]) -> bool:
-    """No process of `pids` lives (it is reaped, or killed and being reaped)."""
-    return not any(alive(pid) for pid in pids)
+    """No process of `pids` exists any more: killed and reaped, not a zombie."""
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
 
 
 def fifo_pair(tmp_path: Path) -> tuple[Path, Path]:

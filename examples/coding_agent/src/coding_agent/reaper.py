@@ -22,18 +22,16 @@ group only: a descendant that left the group is not reached there.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the supervisor script starts faster without them
     import asyncio
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
 __all__ = ["SUPERVISED", "StartError", "start", "start_error", "stop"]
 
@@ -98,6 +96,7 @@ def start_error(process: asyncio.subprocess.Process) -> StartError | None:
 async def stop(process: asyncio.subprocess.Process) -> None:
     """Kill `process`'s command and everything it started, and wait for it."""
     import asyncio
+    import contextlib
 
     if SUPERVISED:
         with contextlib.suppress(ProcessLookupError):
@@ -196,8 +195,10 @@ def _kill_all() -> None:
     me = os.getpid()
     while True:
         for pid in _descendants(me):
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended meanwhile: reaped below
+                continue
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:  # no child left, living or dead
@@ -207,18 +208,34 @@ def _kill_all() -> None:
 def _supervise(report_fd: int, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _expire)
     try:
-        _become_subreaper()
-        command = subprocess.Popen(argv, close_fds=True)  # noqa: S603 - the tool's command, by design
-    except OSError as exc:
-        os.write(report_fd, (exc.strerror or type(exc).__name__).encode())
-        return _CANNOT_START
+        try:
+            _become_subreaper()
+        except OSError as exc:
+            # Refused rather than run with a promise it cannot keep.
+            why = f"cannot become a child subreaper: {exc.strerror}"
+            os.write(report_fd, why.encode())
+            return _CANNOT_START
+        try:
+            # As `subprocess` would, minus its import time: PATH from our
+            # environment (the command's), SIGPIPE and SIGXFSZ back to their
+            # defaults, the report pipe not inherited.
+            command = os.posix_spawnp(
+                argv[0],
+                argv,
+                os.environ,
+                file_actions=[(os.POSIX_SPAWN_CLOSE, report_fd)],
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        except OSError as exc:
+            os.write(report_fd, (exc.strerror or type(exc).__name__).encode())
+            return _CANNOT_START
     finally:
         os.close(report_fd)
     status = -signal.SIGKILL
     try:
         _Signals.waiting = True
         if not _Signals.expired:
-            status = command.wait()
+            status = os.waitstatus_to_exitcode(os.waitpid(command, 0)[1])
     except _Expired:
         pass  # the command is killed with the rest below
     finally:

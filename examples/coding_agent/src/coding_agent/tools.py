@@ -310,7 +310,7 @@ class RunCommand:
             raise ToolError(
                 f"the command did not finish within {timeout} s and was killed"
             ) from None
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (the turn's cancel, deadline or stall)
             await reaper.stop(process)
             raise
         failed = reaper.start_error(process)
