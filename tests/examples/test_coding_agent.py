@@ -334,6 +334,7 @@ def test_killed_mid_command_then_resumed_by_a_new_process(
     # The test command may write: the session waits for a person's word.
     call_id = commands[0].data.call_id
     assert f"BLOCKED: the outcome of {call_id} is unknown" in output
+    assert f"to go on: turnkeep resolve {session_id} {call_id} --done" in output
     assert "-- turn 1 interrupted --" in output
     refused = Agent.start(
         "coding_agent",

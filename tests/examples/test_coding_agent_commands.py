@@ -125,7 +125,7 @@ async def test_a_timed_out_turn_reaps_grandchildren_that_left_with_setsid(
             host=host,
             model=model,
             tools=workspace_tools(workspace),
-            watch=Watch(stall_seconds=3),
+            watch=Watch(stall_seconds=5),  # room for a slow start
         )
         turn = asyncio.create_task(loop.run_turn("start the daemons"))
         daemon_pids = await asyncio.to_thread(started, pids, ready)

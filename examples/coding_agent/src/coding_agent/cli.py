@@ -7,9 +7,12 @@
 Progress is printed in plain words as events are appended. On resume, what
 recovery found is printed first; with `--continue` a turn cut off by a crash
 is continued (the model sees which calls were interrupted), otherwise it is
-closed as interrupted. A session recorded with another model, tool set or
-instructions than this process has is refused (nothing is changed) unless
-`--accept-context-change`, which records the change and goes on. The
+closed as interrupted. A call that blocks the session (an interrupted
+command that may write) is printed with the `turnkeep resolve` command that
+settles it; until then a new task is refused. A session recorded with
+another model, tool set or instructions than this process has is refused
+(nothing is changed) unless `--accept-context-change`, which records the
+change and goes on. The
 persistence plugin comes from configuration (`turnkeep.toml`,
 `TURNKEEP_PERSISTENCE`), never from flags.
 
@@ -178,6 +181,12 @@ async def run(argv: Sequence[str]) -> int:
         print(f"session: {agent.session_id}", flush=True)
         if agent.recovery is not None:
             print("recovery: " + agent.recovery.describe(), flush=True)
+            for call_id in agent.recovery.settled.blocked:
+                print(
+                    f"to go on: turnkeep resolve {agent.session_id} {call_id} "
+                    "--done|--not-done --reason '...'",
+                    flush=True,
+                )
         if task:
             await agent.run_turn(task)
         await agent.close()
