@@ -15,7 +15,7 @@ signal). So a command's processes end with it: none survives, none stays a
 zombie, and the process running the agent is not made a subreaper itself
 (its other children, and theirs, are none of this module's business).
 
-`start` and `stop` are the agent's side. Elsewhere (no `prctl`), `start`
+`start`, `start_error` and `stop` are the agent's side. Elsewhere (no `prctl`), `start`
 runs the command directly in a new process group and `stop` kills that
 group only: a descendant that left the group is not reached there.
 """
@@ -59,9 +59,9 @@ async def start(
     """Start `argv` with its output (stdout and stderr) piped, stdin empty.
 
     Raises:
-        StartError: the program could not be started (unsupervised; a
-            supervised start failure is reported by `start_error` once the
-            process has ended).
+        StartError: the program (on Linux: the supervisor) could not be
+            started. On Linux, a command the supervisor could not start is
+            reported by `start_error` once the process has ended.
     """
     if not SUPERVISED:
         return await _spawn(list(argv), cwd=cwd, env=env, pass_fds=())
@@ -103,9 +103,12 @@ async def stop(process: asyncio.subprocess.Process) -> None:
             process.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), STOP_GRACE)
-    # Unsupervised, or a supervisor that did not finish: its group goes.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+    # Unsupervised, the group goes (its leader may have exited already). A
+    # supervisor that has exited has reaped its tree; one that has not in
+    # `STOP_GRACE` is killed with its group.
+    if not SUPERVISED or process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
     await process.wait()
     start_error(process)  # closes its pipe
 
