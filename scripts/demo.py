@@ -5,10 +5,14 @@
 2. While its `run_command` tool is in flight (the test has run, its result
    is not in the session yet), the process is killed with SIGKILL.
 3. A new process resumes the session from the store. turnkeep reports the
-   cut-off call as interrupted, outcome unknown, and does not run it again;
-   the model inspects the workspace instead, and finishes the task.
-4. The demo checks that the test ran exactly once and says so.
-5. A third process tries to continue the session with other instructions:
+   cut-off call as interrupted, outcome unknown, and does not run it again.
+   The command may have written to the workspace, so the session is blocked
+   until a person says whether it took effect.
+4. The demo plays that person: it reads the test report the run left and
+   records with `turnkeep resolve` that the run took effect. A third
+   process goes on; the model takes that word and finishes the task. The
+   demo checks that the test ran exactly once and says so.
+5. A fourth process tries to continue the session with other instructions:
    turnkeep refuses, because the session recorded what it ran with, and
    says what differs.
 
@@ -20,7 +24,9 @@ or `TURNKEEP_PERSISTENCE` would choose another one with no code change.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -116,6 +122,17 @@ async def audit(session_id: str, workspace: Path) -> tuple[int, int, str]:
     return runs, interrupted, ends[-1].data.status if ends else "none"
 
 
+async def blocked_call(session_id: str, workspace: Path) -> str | None:
+    """The call that blocks the session (the interrupted test run), if any."""
+    from turnkeep.agent.effects import unknown_calls
+
+    async with Host(load_config(workspace.parent)) as host:
+        session = await host.sessions.resume(session_id)
+        blocking = [c.call_id for c in unknown_calls(session) if c.blocks]
+        await host.sessions.close(session_id)
+    return blocking[0] if blocking else None
+
+
 async def other_instructions(session_id: str, workspace: Path) -> list[str]:
     """Resume with the agent's tools and model but other instructions.
 
@@ -186,6 +203,46 @@ def main() -> int:
     if second.wait() != 0:
         say(f"demo: the resumed agent failed (exit status {second.returncode}).")
         return 1
+    call_id = asyncio.run(blocked_call(session_id, workspace))
+    if call_id is None:
+        say("demo: the interrupted test run did not block the session.")
+        return 1
+    say()
+    say("4. The test command may have written to the workspace, so the session")
+    say("   refuses new turns until someone says whether it took effect. The")
+    report_file = workspace / "test-report.txt"
+    report = report_file.read_text().strip() if report_file.exists() else ""
+    if not report:
+        say("demo: the interrupted run left no test report to go by.")
+        return 1
+    say(f"   test report says {report!r}, so the demo records that it did:")
+    resolve = [
+        "turnkeep",
+        "resolve",
+        session_id,
+        call_id,
+        "--done",
+        "--result",
+        report,
+        "--reason",
+        f"test-report.txt says {report}",
+    ]
+    say(f"   $ {shlex.join(resolve)}")
+    resolve[0] = str(Path(sys.executable).parent / "turnkeep")
+    resolved = subprocess.run(  # noqa: S603 - our own console script, fixed argv
+        resolve, cwd=workspace.parent, capture_output=True, text=True, check=False
+    )
+    relay(io.StringIO(resolved.stdout + resolved.stderr))
+    if resolved.returncode != 0:
+        say(f"demo: turnkeep resolve failed (exit status {resolved.returncode}).")
+        return 1
+    say("   A new process goes on with the session:")
+    third = agent(workspace, "--session", session_id, "Go on.")
+    relay(_out(third))
+    _out(third).close()
+    if third.wait() != 0:
+        say(f"demo: the agent failed to go on (exit status {third.returncode}).")
+        return 1
     runs, interrupted, status = asyncio.run(audit(session_id, workspace))
     runs_after = (workspace / "test-runs.log").read_text().count("run")
     say()
@@ -199,7 +256,7 @@ def main() -> int:
         say(f"- the turn ended {status!r} (should be 'completed').")
         say(RULE)
         return 1
-    say("4. Another process tries to continue the session with different")
+    say("5. Another process tries to continue the session with different")
     say('   instructions ("Skip the tests and just write the files.").')
     refused = asyncio.run(other_instructions(session_id, workspace))
     if not refused:
@@ -219,8 +276,9 @@ def main() -> int:
         f"({interrupted} interrupted result in the log), not repeated."
     )
     say(
-        "- The model inspected the test report instead, and finished the "
-        f"task (the turn ended {status!r})."
+        "- The command may have written, so the session waited for a person; "
+        "turnkeep resolve recorded who said it took effect and why, and the "
+        f"model finished the task on that word (the turn ended {status!r})."
     )
     say(
         f"- The test ran {times(runs_after)} in all, although the process died "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ from turnkeep.agent import encode_messages
 from turnkeep.agent.openai_compat import OpenAIModel
 from turnkeep.agent.recovery import pairing_problems
 from turnkeep.errors import ContextMismatchError, ToolError
-from turnkeep.events import RunContext, ToolCall, ToolResult, TurnEnd
+from turnkeep.events import EffectResolved, RunContext, ToolCall, ToolResult, TurnEnd
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 CONTEXT = ToolContext(call_id="call_test", session_id="s", agent_id="a", turn=1)
@@ -330,19 +331,65 @@ def test_killed_mid_command_then_resumed_by_a_new_process(
     assert resumed.proc.returncode == 0, output
     assert "<- interrupted: [interrupted]" in output
     assert "It was NOT run again." in output
-    assert "-- turn 1 completed --" in output
+    # The test command may write: the session waits for a person's word.
+    call_id = commands[0].data.call_id
+    assert f"BLOCKED: the outcome of {call_id} is unknown" in output
+    assert f"to go on: turnkeep resolve {session_id} {call_id} --done" in output
+    assert "-- turn 1 interrupted --" in output
+    refused = Agent.start(
+        "coding_agent",
+        ["--workspace", str(workspace), "--session", session_id, "go on"],
+        cwd=cwd,
+        env=example_env(tmp_path),
+    )
+    output = refused.finish()
+    assert refused.proc.returncode == 2, output
+    assert "turnkeep resolve" in output
+
+    report = (workspace / "test-report.txt").read_text().strip()
+    resolve = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "turnkeep"),
+            "resolve",
+            session_id,
+            call_id,
+            "--done",
+            "--result",
+            report,
+            "--reason",
+            f"test-report.txt says {report}",
+        ],
+        cwd=cwd,
+        env=example_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert resolve.returncode == 0, resolve.stdout + resolve.stderr
+    going_on = Agent.start(
+        "coding_agent",
+        ["--workspace", str(workspace), "--session", session_id, "go on"],
+        cwd=cwd,
+        env=example_env(tmp_path),
+    )
+    output = going_on.finish()
+    assert going_on.proc.returncode == 0, output
+    assert "did take effect, so there is no need to run it again" in output
+    assert "-- turn 2 completed --" in output
     assert (workspace / "test-runs.log").read_text().split() == ["run"]
 
     final = load(backend, tmp_path, session_id)
     assert final[: len(crashed)] == crashed
     assert pairing_problems(final) == []
     answers = {e.data.call_id: e.data for e in final if isinstance(e, ToolResult)}
-    assert answers[commands[0].data.call_id].status == "interrupted"
+    assert answers[call_id].status == "interrupted"
     names = [e.data.name for e in final if isinstance(e, ToolCall)]
-    assert names == ["list_dir", "write_file", "write_file", "run_command", "read_file"]
-    end = final[-1]
-    assert isinstance(end, TurnEnd)
-    assert (end.data.turn, end.data.status) == (1, "completed")
+    assert names == ["list_dir", "write_file", "write_file", "run_command"]
+    resolved = [e for e in final if isinstance(e, EffectResolved)]
+    assert [(e.data.call_id, e.data.outcome) for e in resolved] == [(call_id, "done")]
+    ends = [(e.data.turn, e.data.status) for e in final if isinstance(e, TurnEnd)]
+    assert ends == [(1, "interrupted"), (2, "completed")]
 
 
 @pytest.mark.crash
@@ -364,9 +411,12 @@ def test_cold_and_warm_histories_agree_after_a_real_kill(
             )
             assert loop.recovery is not None
             assert len(loop.recovery.interrupted) == 1
+            assert loop.recovery.settled.blocked == loop.recovery.interrupted
             warm = encode_messages(
                 derive_messages(host.sessions.get(session_id).events)
             )
+            (call_id,) = loop.recovery.interrupted
+            await loop.resolve(call_id, done=True, reason="test-report.txt")
             await loop.run_turn("Thanks. Anything else?")
             warm_after = encode_messages(
                 derive_messages(host.sessions.get(session_id).events)

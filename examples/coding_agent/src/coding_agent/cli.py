@@ -8,12 +8,15 @@
 Progress is printed in plain words as events are appended. On resume, what
 recovery found is printed first; with `--continue` a turn cut off by a crash
 is continued (the model sees which calls were interrupted), otherwise it is
-closed as interrupted. A session recorded with another model, tool set or
-instructions than this process has is refused (nothing is changed) unless
-`--accept-context-change`, which records the change and goes on. Each
-turn's end names the workspace's tree hash; a session whose workspace was
-changed since (by hand, by another program) is refused the same way unless
-`--accept-drift`, which records the drift and goes on. The
+closed as interrupted. A call that blocks the session (an interrupted
+command that may write) is printed with the `turnkeep resolve` command that
+settles it; until then a new task is refused. A session recorded with
+another model, tool set or instructions than this process has is refused
+(nothing is changed) unless `--accept-context-change`, which records the
+change and goes on. Each turn's end names the workspace's tree hash; a
+session whose workspace was changed since (by hand, by another program) is
+refused the same way unless `--accept-drift`, which records the drift and
+goes on. The
 persistence plugin comes from configuration (`turnkeep.toml`,
 `TURNKEEP_PERSISTENCE`), never from flags.
 
@@ -39,6 +42,7 @@ from coding_agent.script import TASK
 from coding_agent.workspace import Workspace
 from turnkeep import Host, SessionEvent, Tool, ToolContext, load_config
 from turnkeep.agent import replay_policy
+from turnkeep.agent.tools import unknown_policy
 from turnkeep.errors import ContextMismatchError, ManifestDriftError, TurnkeepError
 from turnkeep.events import (
     AssistantMessage,
@@ -147,6 +151,9 @@ class _Held:
     def replay(self) -> str:
         return replay_policy(self.tool)
 
+    def on_unknown(self, arguments: Mapping[str, Any]) -> str:
+        return unknown_policy(self.tool, arguments)
+
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         await self.tool.run(arguments, context)
         print(
@@ -189,6 +196,12 @@ async def run(argv: Sequence[str]) -> int:
         print(f"session: {agent.session_id}", flush=True)
         if agent.recovery is not None:
             print("recovery: " + agent.recovery.describe(), flush=True)
+            for call_id in agent.recovery.settled.blocked:
+                print(
+                    f"to go on: turnkeep resolve {agent.session_id} {call_id} "
+                    "--done|--not-done --reason '...'",
+                    flush=True,
+                )
         if task:
             await agent.run_turn(task)
         await agent.close()

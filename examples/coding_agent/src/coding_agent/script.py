@@ -5,7 +5,9 @@ test. Each reply depends only on the history (the last tool call and its
 result), never on state kept in the process, so a new process that resumes
 the session continues the script where the log ends. When the test run was
 interrupted by a crash, the script does what a careful model should: it
-inspects the workspace before deciding whether to run the tests again.
+inspects the workspace before deciding whether to run the tests again. When
+the session was blocked on that run and a person resolved it, the next turn
+goes by their word.
 """
 
 from __future__ import annotations
@@ -74,11 +76,33 @@ def _last_call(
     return None, {}, None
 
 
+def _resolution(messages: tuple[Message, ...]) -> str | None:
+    """The `[resolved]` note said about the last call before the user's message."""
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    for message in reversed(messages[:last_user]):
+        if message.role == "user" and message.content.startswith("[resolved]"):
+            return message.content
+        if message.role != "user":
+            return None
+    return None
+
+
 def pick(request: ModelRequest) -> Reply:
     """The next reply of the demo task for this history."""
     name, arguments, result = _last_call(request.messages)
     status = result.status if result is not None else None
     content = result.content if result is not None else ""
+    resolved = _resolution(request.messages) if name is None else None
+    if resolved is not None and "DID take effect" in resolved:
+        return Reply(
+            "The interrupted test run was checked and did take effect, so there "
+            "is no need to run it again. greet.py and test_greet.py are in place."
+        )
+    if resolved is not None:
+        return Reply(
+            "The interrupted test run did not take effect. Running the test again.",
+            (ScriptedCall("run_command", {"command": _test_command()}),),
+        )
     if name is None:
         return Reply(
             "I'll look at the workspace first.",

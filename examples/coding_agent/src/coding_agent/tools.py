@@ -2,24 +2,26 @@
 
 Safe (may be re-run after a crash): `read_file`, `list_dir`, `search`.
 Unsafe (never re-run; reported as interrupted after a crash): `write_file`,
-`apply_patch`, `run_command`.
+`apply_patch`, `run_command`. An interrupted `run_command` whose command may
+write blocks the session until it is resolved (`RunCommand.on_unknown`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shlex
-import signal
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 
+from coding_agent import reaper
+from coding_agent.readonly import command_writes
 from coding_agent.workspace import Workspace
 from turnkeep.agent.tools import Tool, ToolContext, int_argument, str_argument
+from turnkeep.effectdata import UnknownPolicy
 from turnkeep.errors import ToolError
 from turnkeep.events import ReplayPolicy
 
@@ -229,7 +231,11 @@ class RunCommand:
     """Run a command in the workspace directory, with a timeout.
 
     The command is split like a shell would (no shell runs it) and started in
-    its own process group, which is killed on timeout or cancellation. It
+    its own process group. On timeout or cancellation it is killed with
+    everything it started: on Linux also the processes that left its group
+    (`setsid`, a daemon's double fork), through a subreaper supervisor that
+    kills and reaps them, and which also ends what a command that exits
+    leaves running (`coding_agent.reaper`); elsewhere its process group. It
     runs in the workspace, with `HOME` set to it, and its environment holds
     only the variables named by `inherit` (by default `PATH`, the locale,
     `TZ` and `TERM`: never this process's API keys, tokens or proxy
@@ -265,6 +271,18 @@ class RunCommand:
     )
     replay: ReplayPolicy = attrs.field(default="unsafe", init=False)
 
+    def on_unknown(self, arguments: Mapping[str, Any]) -> UnknownPolicy:
+        """`block` for a command that may write, `report` for one that only reads.
+
+        Recorded on each call's `tool/call`: an interrupted call of a command
+        that may write keeps the session's next turn refused until it is
+        resolved (`coding_agent.readonly` says which commands only read).
+        """
+        command = arguments.get("command")
+        if isinstance(command, str) and not command_writes(command):
+            return "report"
+        return "block"
+
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         """Run the command; report its exit status and (cut) output."""
         command = str_argument(arguments, "command")
@@ -282,27 +300,22 @@ class RunCommand:
         env = {k: v for k, v in os.environ.items() if k in self.inherit}
         env |= {"HOME": str(self.workspace.root), "TURNKEEP_CALL_ID": context.call_id}
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=self.workspace.root,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
+            process = await reaper.start(argv, cwd=self.workspace.root, env=env)
+        except reaper.StartError as exc:
             raise ToolError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
         try:
             output, _ = await asyncio.wait_for(process.communicate(), timeout)
         except TimeoutError:
-            await _kill(process)
+            await reaper.stop(process)
             raise ToolError(
                 f"the command did not finish within {timeout} s and was killed"
             ) from None
-        except asyncio.CancelledError:
-            await _kill(process)
+        except BaseException:  # cancelled (the turn's cancel, deadline or stall)
+            await reaper.stop(process)
             raise
+        failed = reaper.start_error(process)
+        if failed is not None:
+            raise ToolError(f"cannot start {argv[0]!r}: {failed.strerror}")
         text = output[:MAX_OUTPUT].decode("utf-8", "replace")
         if len(output) > MAX_OUTPUT:
             text += f"\n[... output cut at {MAX_OUTPUT} bytes]"
@@ -329,12 +342,6 @@ class RunCommand:
                     f"argument {argument!r} names a path outside the workspace; "
                     "run_command's arguments stay inside it"
                 )
-
-
-async def _kill(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
 
 
 def workspace_tools(workspace: Workspace) -> list[Tool]:
