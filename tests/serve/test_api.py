@@ -12,6 +12,7 @@ from tests.cli.support import Store, converse
 from tests.serve.conftest import Served, killed_in_turn
 
 from turnkeep.agent.messages import derive_messages, encode_messages
+from turnkeep.auditing import note
 from turnkeep.codec import EventCodec
 from turnkeep.errors import StorageError
 
@@ -179,6 +180,32 @@ async def test_history_is_the_derived_model_history(
         reply = await client.get("/sessions/s-one/history")
         assert reply.status_code == 200
         assert reply.content == b'{"messages":' + encode_messages(expected) + b"}"
+
+
+async def test_audit_lists_a_sessions_records_in_pages(
+    sqlite_store: Store, served: Served
+) -> None:
+    await converse(sqlite_store, "s-one")
+    async with sqlite_store.host() as host:
+        backend = host.require_persistence()
+        for why in ("first", "second", "third"):
+            await note(backend, "repair", "s-one", f"{why} repair")
+    async with served(sqlite_store) as client:
+        reply = await client.get("/sessions/s-one/audit", params={"limit": 2})
+        assert reply.status_code == 200
+        body = reply.json()
+        assert [r["reason"] for r in body["records"]] == [
+            "first repair",
+            "second repair",
+        ]
+        assert {r["action"] for r in body["records"]} == {"repair"}
+        assert body["next_after"] == 2
+        rest = await client.get("/sessions/s-one/audit", params={"after": 2})
+        assert [r["number"] for r in rest.json()["records"]] == [3]
+        missing = await client.get("/sessions/s-none/audit")
+        assert missing.status_code == 404
+        bad = await client.get("/sessions/s-one/audit", params={"after": -1})
+        assert bad.status_code == 400
 
 
 async def test_unknown_routes_and_methods_answer_json(

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from turnkeep.agent.messages import derive_messages
 from turnkeep.agent.sweep import recover_interrupted
+from turnkeep.audit import audit_log
 from turnkeep.cancelrequest import ask_to_cancel
 from turnkeep.config import ServeConfig
 from turnkeep.host import Host
@@ -158,6 +159,32 @@ class Api:
         loaded = await self.backend.load(session_id)
         events = self.host.codec.decode_log(loaded.events, session_id=session_id)
         return json_response({"messages": derive_messages(events)})
+
+    async def audit(self, request: Request) -> Response:
+        """`GET /sessions/{id}/audit?after=N&limit=M`: its audit records.
+
+        What the processes that acted on the session recorded (takeovers,
+        refusals, recoveries, ...; `turnkeep.audit`), oldest first, numbered
+        above `after`. 404 for a session that is not stored (a deleted
+        session's records went with it), 501 `audit-unsupported` for a
+        backend that keeps no trail.
+        """
+        self.guard.check(request, write=False)
+        session_id = validate_session_id(request.path_params["session_id"])
+        after = int_param(request, "after", 0, minimum=0, maximum=_MAX_SEQ)
+        limit = int_param(
+            request, "limit", 100, minimum=1, maximum=self.config.max_page
+        )
+        trail = audit_log(self.backend)
+        if trail is None:
+            raise Problem(
+                501,
+                "audit-unsupported",
+                f"the {self.host.persistence_name!r} backend keeps no audit trail",
+            )
+        records = await trail.audit_records(session_id, after, limit)
+        next_after = records[-1].number if records else after
+        return json_response({"records": records, "next_after": next_after})
 
     # -- the stream --------------------------------------------------------
 

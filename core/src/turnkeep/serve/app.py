@@ -99,6 +99,7 @@ def create_app(
         Route("/sessions/{session_id}/events", api.events, methods=["GET"]),
         Route("/sessions/{session_id}/stream", api.stream, methods=["GET"]),
         Route("/sessions/{session_id}/history", api.history, methods=["GET"]),
+        Route("/sessions/{session_id}/audit", api.audit, methods=["GET"]),
         Route("/sessions/{session_id}/cancel", api.cancel, methods=["POST"]),
         Route("/recover", api.recover, methods=["POST"]),
         Route("/", pages.index, methods=["GET"]),
