@@ -18,6 +18,7 @@ import asyncio
 import errno
 import os
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,7 +31,13 @@ from turnkeep.conformance import BackendHarness
 from turnkeep.errors import SessionNotFoundError
 from turnkeep_jsonl import JsonlPersistence, follow
 from turnkeep_jsonl.config import JsonlConfig
-from turnkeep_jsonl.inotify import IN_MODIFY, IN_MOVED_TO, Event, Inotify
+from turnkeep_jsonl.inotify import (
+    IN_MODIFY,
+    IN_MOVED_TO,
+    Event,
+    Inotify,
+    wait_closed,
+)
 
 linux = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="inotify is Linux-only"
@@ -105,6 +112,7 @@ async def _woken_by(
 
 
 def _open_fds() -> int:
+    assert wait_closed(), "an inotify instance handed over was never closed"
     return len(os.listdir("/proc/self/fd"))
 
 
@@ -386,3 +394,32 @@ async def test_no_descriptor_is_left_after_many_waits(open_backend: Open) -> Non
     with pytest.raises(SessionNotFoundError):
         await _woken_by(follower, sid, 13, lambda: writer.delete(sid))
     assert _open_fds() <= before  # the deleted session's files are closed too
+
+
+@linux
+@pytest.mark.asyncio
+async def test_an_instance_is_closed_off_the_event_loop(
+    open_backend: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Closing an instance with watches waits for the kernel (at times tens
+    # of milliseconds): never on the loop's thread, where it would stall
+    # every other task, the writer's acknowledgements included.
+    closed_on: list[str] = []
+    real = Inotify.close
+
+    def close(self: Inotify) -> None:
+        if self.fd >= 0:
+            closed_on.append(threading.current_thread().name)
+        real(self)
+
+    monkeypatch.setattr(Inotify, "close", close)
+    writer, follower = open_backend(), open_backend()
+    sid = await _stored(writer)
+    last, _ = await _woken_by(
+        follower, sid, 3, lambda: writer.append(sid, BackendHarness.records(4, 1))
+    )
+    assert last == 4
+    assert await follower.wait_for_commit(sid, 4, 0.001) == 4  # timed out
+    assert wait_closed()
+    assert len(closed_on) == 2
+    assert threading.main_thread().name not in closed_on

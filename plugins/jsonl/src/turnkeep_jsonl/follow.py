@@ -22,10 +22,12 @@ it:
   call, no read, no lock: the writer never notices), and its last control
   line is read when the answer changed.
 
-Like `load` and `load_after`, it reads what the writer wrote: a flush whose
-commit line is written but whose sync has not yet returned is seen (it
-survives the writer's process dying, not a power loss before the sync
-completes).
+Like `load` and `load_after`, it reports only what is durable: inotify
+wakes a follower as soon as a flush is written, often before the writer's
+sync returns, and `last_seq` syncs the log itself before reading it (see
+`turnkeep_jsonl.unheld`), so a seq it returns is never one a power cut can
+take back and a later writer reuse. Each wait's inotify instance is closed
+off the event loop (`close_later`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from .inotify import (
     IN_Q_OVERFLOW,
     Event,
     Inotify,
+    close_later,
 )
 
 __all__ = ["FOLLOW_MODES", "POLL_SECONDS", "SAFETY_SECONDS", "wait_for_commit"]
@@ -180,12 +183,12 @@ class _Notify:
         notify = cls(loop, inotify, path)
         notify.arm(path)
         if notify.degraded:  # a watch is missing: plain polling, no instance
-            inotify.close()
+            close_later(inotify)
             return None
         try:
             loop.add_reader(inotify.fd, notify._readable)
         except NotImplementedError:  # a loop that cannot watch descriptors
-            inotify.close()
+            close_later(inotify)
             return None
         notify.reading = True
         return notify
@@ -264,4 +267,5 @@ class _Notify:
         if self.reading:
             self._loop.remove_reader(self._inotify.fd)
             self.reading = False
-        self._inotify.close()
+        # Off the loop: closing waits for the kernel to retire the watches.
+        close_later(self._inotify)

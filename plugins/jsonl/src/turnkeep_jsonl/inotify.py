@@ -9,6 +9,11 @@ inotify is unavailable (another platform, no C library symbol, the per-user
 instance limit reached), so a caller can fall back to something else; so does
 `watch` (`ENOSPC`: the per-user watch limit reached).
 
+Closing an instance that holds watches waits for the kernel to retire them
+(an RCU grace period: usually microseconds, at times tens of milliseconds),
+so a caller on an event loop hands it to `close_later`, which closes it on a
+thread of its own; `wait_closed` waits until all such closes are done.
+
 Consumed by `turnkeep_jsonl.follow`, which wakes a follower when a session's
 log changes.
 """
@@ -20,8 +25,10 @@ import ctypes.util
 import errno
 import functools
 import os
+import queue
 import struct
 import sys
+import threading
 from typing import Final, NamedTuple
 
 __all__ = [
@@ -38,6 +45,8 @@ __all__ = [
     "IN_Q_OVERFLOW",
     "Event",
     "Inotify",
+    "close_later",
+    "wait_closed",
 ]
 
 IN_MODIFY: Final = 0x00000002
@@ -166,3 +175,52 @@ def _libc() -> ctypes.CDLL:
     add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     add.restype = ctypes.c_int
     return libc
+
+
+class _Closer:
+    """Closes instances on a daemon thread, in the order they were handed over."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Inotify] = queue.SimpleQueue()
+        self._mu = threading.Lock()
+        self._idle = threading.Condition(self._mu)
+        self._pending = 0
+        self._pid = -1  # the process whose thread runs (a fork has none)
+
+    def close(self, inotify: Inotify) -> None:
+        with self._mu:
+            self._pending += 1
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(
+                    target=self._run, name="turnkeep-jsonl-inotify-close", daemon=True
+                ).start()
+        self._queue.put(inotify)
+
+    def _run(self) -> None:
+        while True:
+            inotify = self._queue.get()
+            try:
+                inotify.close()
+            finally:
+                with self._mu:
+                    self._pending -= 1
+                    if not self._pending:
+                        self._idle.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        with self._mu:
+            return self._idle.wait_for(lambda: not self._pending, timeout)
+
+
+_closer: Final = _Closer()
+
+
+def close_later(inotify: Inotify) -> None:
+    """Close `inotify` on the closing thread (never blocks the caller)."""
+    _closer.close(inotify)
+
+
+def wait_closed(timeout: float = 10.0) -> bool:
+    """Whether every instance handed to `close_later` was closed in `timeout`."""
+    return _closer.wait(timeout)

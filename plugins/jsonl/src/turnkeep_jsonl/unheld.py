@@ -4,10 +4,18 @@ Owns the operations that work on any stored session, held by this instance,
 by another process, or by nobody: `load` (read-only; retried when a writer
 repairs the file mid-read), `has`, the listing runs, `delete`, and `update`
 of a session this instance does not hold.
+
+Reads of a log (`load`, `load_after`, `last_seq`) return only what is
+durable: another process's writer writes a flush, then syncs it, and a
+reader between the two would see a flush a power cut can still take back
+(and a follower would pass on a seq that may be reused). So a read takes
+the log's size, syncs the file itself (`sync_read`: whatever was written
+before is then on disk, whoever wrote it), and reads only below that size.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Final
@@ -26,6 +34,7 @@ from turnkeep.persistence import LoadedSession
 
 from . import tail
 from .catalog import Catalog, Entry, Gone
+from .fileops import FileOps
 from .format import MAX_HEADER_BYTES, Sidecar, encode_sidecar
 from .handle import Handle, check_watermark, scan_log
 from .listing import Run, run_of
@@ -54,6 +63,23 @@ from .summary import (
 __all__ = ["Unheld", "loaded_session"]
 
 _LOAD_ATTEMPTS: Final = 3
+_CANNOT_SYNC: Final = frozenset({errno.EINVAL, errno.EROFS, errno.EBADF})
+"""What `fsync` of a read-only descriptor answers where the file system
+cannot sync from it (a read-only mount has no writer to wait for)."""
+
+
+def sync_read(ops: FileOps, fd: int) -> None:
+    """Make what was written to the open log `fd` durable before reading it.
+
+    Raises:
+        OSError: the sync failed (an I/O error: what was written may not be
+            on disk).
+    """
+    try:
+        ops.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_SYNC:
+            raise
 
 
 @attrs.define(eq=False)
@@ -118,6 +144,7 @@ class Unheld:
                 ) from exc
             try:
                 st = ops.fstat(fd)
+                sync_read(ops, fd)
                 try:
                     result = scan_log(
                         ops,
@@ -158,6 +185,7 @@ class Unheld:
             raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
         try:
             size = ops.fstat(fd).st_size
+            sync_read(ops, fd)
             return tail.read_after(
                 ops,
                 fd,
@@ -190,7 +218,9 @@ class Unheld:
         except OSError as exc:
             raise storage_error(f"cannot open the log of {session_id!r}", exc) from exc
         try:
-            return tail.last_seq(ops, fd, ops.fstat(fd).st_size)
+            size = ops.fstat(fd).st_size
+            sync_read(ops, fd)
+            return tail.last_seq(ops, fd, size)
         except OSError as exc:
             raise storage_error(f"cannot read the log of {session_id!r}", exc) from exc
         finally:
