@@ -11,14 +11,17 @@ processes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections.abc import Callable
 
+import attrs
 import pytest
 from tests.loop.support import SharedMemory, SpyTool, shared_host
 from tests.loop.test_effects import BlockingTool, blocked_log, model_for_turn_3
 
-from turnkeep import AgentLoop, Host
+from turnkeep import AgentLoop, Config, Host, hookimpl
 from turnkeep.audit import AuditRecord
 from turnkeep.auditing import delete_recorded, note, read_trail
 from turnkeep.errors import (
@@ -157,3 +160,70 @@ async def test_a_failed_record_is_logged_and_the_action_stands(
     assert not await backend.has("s")
     assert "could not be written" in caplog.text
     assert "the audit store is full" in caplog.text
+
+
+class _BrokenDriver(MemoryPersistence):
+    """Its audit store fails with an error of its own (not turnkeep's)."""
+
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        raise RuntimeError("driver lost its connection")
+
+
+class _SlowTrail(MemoryPersistence):
+    """Its audit store never answers (a caller gives up and cancels)."""
+
+    async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+@attrs.define
+class _Only:
+    """A plugin: backend `only`, this very instance."""
+
+    backend: MemoryPersistence
+
+    @hookimpl
+    def register_persistence(self, register: Callable[..., None]) -> None:
+        register("only", lambda _config: self.backend)  # pyright: ignore[reportUnknownLambdaType]
+
+
+def _host_on(backend: MemoryPersistence) -> Host:
+    return Host(Config(persistence="only", plugins="none"), plugins=[_Only(backend)])
+
+
+@pytest.mark.asyncio
+async def test_a_takeover_stands_whatever_its_record_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as old:
+        session = old.sessions.create("s")
+        session.append(UserMessageData(text="x"))
+        await session.flush()
+        async with _host_on(_BrokenDriver(shared.storage)) as new:
+            with caplog.at_level(logging.WARNING, logger="turnkeep.audit"):
+                taken = await new.sessions.resume("s", steal=True)
+            assert taken.events == session.events
+        await old.sessions.abandon("s")
+    assert "driver lost its connection" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_record_cancelled_after_the_takeover_leaves_the_session_live() -> None:
+    # The record comes once the session is installed: cancelling a resume
+    # while its takeover is recorded leaves a live session, never a claim
+    # without one.
+    shared = SharedMemory()
+    async with shared_host(shared) as old:
+        session = old.sessions.create("s")
+        session.append(UserMessageData(text="x"))
+        await session.flush()
+        async with _host_on(_SlowTrail(shared.storage)) as new:
+            resuming = asyncio.ensure_future(new.sessions.resume("s", steal=True))
+            await asyncio.sleep(0.05)
+            resuming.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await resuming
+            assert new.sessions.get("s").events == session.events
+        await old.sessions.abandon("s")

@@ -174,22 +174,38 @@ def audit_record(
     detail: Mapping[str, str | int] | None = None,
     now_ms: int | None = None,
 ) -> AuditRecord:
-    """A record of this process's action, checked (not yet stored).
+    """A record of this process's action, fitted to the bounds (not yet stored).
+
+    A record never stops the action it records: a reason or detail text
+    that is too long is cut (ending in "…"), and entries past
+    `MAX_DETAIL_ITEMS` are left out.
 
     Raises:
-        ValueError: see `check_record`.
+        ValueError: `action` is not one of `ACTIONS` (a mistake in the caller).
     """
     return check_record(
         AuditRecord(
             at=time.time_ns() // 1_000_000 if now_ms is None else now_ms,
             action=action,
             session_id=session_id,
-            reason=reason,
-            host=socket.gethostname(),
+            reason=_cut(reason, MAX_REASON_CHARS),
+            host=_cut(socket.gethostname(), MAX_DETAIL_TEXT),
             pid=os.getpid(),
-            detail=dict(detail or {}),
+            detail=_fitted(detail or {}),
         )
     )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fitted(detail: Mapping[str, str | int]) -> Detail:
+    fitted: Detail = {}
+    for key, value in list(detail.items())[:MAX_DETAIL_ITEMS]:
+        text = value if type(value) is int else _cut(str(value), MAX_DETAIL_TEXT)
+        fitted[_cut(str(key), MAX_DETAIL_TEXT)] = text
+    return fitted
 
 
 def check_record(record: object) -> AuditRecord:

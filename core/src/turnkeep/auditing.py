@@ -18,7 +18,7 @@ racing a refused write) gets the record in the store's log instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from turnkeep.audit import (
@@ -28,7 +28,7 @@ from turnkeep.audit import (
     audit_log,
     audit_record,
 )
-from turnkeep.errors import SessionNotFoundError, TurnkeepError
+from turnkeep.errors import SessionNotFoundError
 from turnkeep.persistence import SessionPersistence, delete_session, probe_held
 
 __all__ = ["claim_recorded", "delete_recorded", "note", "read_trail"]
@@ -70,7 +70,7 @@ async def note(
                 raise
             # Deleted meanwhile: the store's log keeps what this process did.
             return await trail.record_audit(None, record)
-    except (TurnkeepError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a backend's own error types too
         # Why swallowed: the action is done and durable (see the docstring).
         log.warning(
             "the audit record of a %s of session %r could not be written: %s",
@@ -104,31 +104,42 @@ async def delete_recorded(
 
 async def claim_recorded(
     backend: SessionPersistence, session_id: str, *, steal: bool
-) -> None:
-    """`backend.claim(...)`, recording a takeover when it fenced a holder.
+) -> Callable[[], Awaitable[None]]:
+    """`backend.claim(...)`; returns what records the takeover, if it was one.
 
-    Stealing a session nobody holds is no takeover and records nothing;
-    with a backend that cannot tell (no `held`), a steal is recorded.
+    The caller awaits the returned step once the session is its own (after
+    loading it), so that a record that fails or is cancelled never leaves a
+    claim behind without a session. Stealing a session nobody holds is no
+    takeover and records nothing; with a backend that cannot tell (no
+    `held`), a steal is recorded.
 
     Raises:
         As `claim`.
     """
     if not steal:
         await backend.claim(session_id)
-        return
+        return _nothing
     holds = None
     if audit_log(backend) is not None:
         holds = await probe_held(backend, [session_id])
     await backend.claim(session_id, steal=True)
     if holds is not None and not holds.get(session_id, False):
-        return
-    await note(
-        backend,
-        "takeover",
-        session_id,
-        "taken over (steal): the previous owner is fenced out",
-        detail={"holder": "unknown" if holds is None else "live"},
-    )
+        return _nothing
+
+    async def record() -> None:
+        await note(
+            backend,
+            "takeover",
+            session_id,
+            "taken over (steal): the previous owner is fenced out",
+            detail={"holder": "unknown" if holds is None else "live"},
+        )
+
+    return record
+
+
+async def _nothing() -> None:
+    """No takeover: nothing to record."""
 
 
 async def read_trail(backend: object, scope: str | None) -> list[AuditRecord]:

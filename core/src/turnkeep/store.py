@@ -254,7 +254,7 @@ class SessionStore:
     async def _resume(self, session_id: str, *, steal: bool) -> Session:
         backend = self._hooks.require_persistence()
         # Claim first, so nobody appends between our load and our first write.
-        await claim_recorded(backend, session_id, steal=steal)
+        record_takeover = await claim_recorded(backend, session_id, steal=steal)
         try:
             loaded = await backend.load(session_id)
             header = loaded.meta.header
@@ -264,9 +264,11 @@ class SessionStore:
         except BaseException:
             await backend.release(session_id)
             raise
-        return self._install(
+        session = self._install(
             header, loaded.meta.summary, events, origin="resumed", stored=len(events)
         )
+        await record_takeover()
+        return session
 
     async def open(self, session_id: str, *, steal: bool = False) -> Session:
         """Resume the session if it is stored, else create it (race-free).

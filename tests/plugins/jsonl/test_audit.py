@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from plugins.jsonl.helpers import turns, write_session
-from turnkeep.audit import audit_record
+from turnkeep.audit import MAX_DETAIL_TEXT, audit_record
 from turnkeep.errors import StorageError
 from turnkeep_jsonl import JsonlPersistence
 from turnkeep_jsonl.names import LOG_SUFFIX, session_name
@@ -85,3 +85,30 @@ async def test_a_backup_keeps_the_audit_trail(tmp_path: Path) -> None:
         assert stat.S_IMODE(copied.stat().st_mode) == 0o600
     finally:
         await copy.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_long_id_still_has_its_torn_tail_cut_and_recorded(
+    tmp_path: Path,
+) -> None:
+    # The quarantine file's name (the stem and more) is longer than a detail
+    # text may be: the record is cut to fit, never in the way of the claim.
+    sid = "x" * 110
+    root = tmp_path / "store"
+    write_session(root, turns(1), session_id=sid)
+    log = next(root.rglob(session_name(sid) + LOG_SUFFIX))
+    with log.open("ab") as f:
+        f.write(b"torn")
+    backend = JsonlPersistence(root)
+    try:
+        await backend.claim(sid)
+        [record] = await backend.audit_records(sid, 0, 10)
+    finally:
+        await backend.aclose()
+    assert record.action == "quarantine"
+    assert record.detail["length"] == 4
+    file = record.detail["file"]
+    assert isinstance(file, str)
+    assert len(file) <= MAX_DETAIL_TEXT
+    assert file.endswith("…")
+    assert not log.read_bytes().endswith(b"torn")
