@@ -7,9 +7,13 @@ recorder takes the file's `flock` (its own, never the session's writer
 lock, so a record lands while another process holds the session), cuts a
 torn last line left by a crash (never acknowledged: its sync had not
 returned), numbers the record after the last line, appends it and syncs
-the file (and the directory, for a new file) before answering. Readers take
-no lock and ignore an unterminated last line; a complete line whose
-checksum or content is wrong is a `StorageError` naming the file.
+the file and its directory before answering; a session's file that a
+delete unlinked meanwhile is reported gone (the caller then records in the
+store's log), never acknowledged. Readers take no lock and ignore an
+unterminated last line; a complete line whose checksum or content is wrong
+is read once more (a recorder may have rewritten a torn line under the
+reader), then a `StorageError` naming the file. A new session removes
+whatever audit file an interrupted delete of an earlier one left.
 """
 
 from __future__ import annotations
@@ -79,8 +83,15 @@ def record(
         line = encode_record(stored)
         write_all(ops, fd, f"{zlib.crc32(line):08x} ".encode() + line + b"\n", kept)
         ops.fsync(fd)
-        if size == 0:
-            ops.fsync_dir(dir_fd)  # a new file: its name must last too
+        # The name must last too, and an earlier recorder may have died
+        # before syncing it: the directory is synced every time (records
+        # are rare; a lost name would lose every record in the file).
+        ops.fsync_dir(dir_fd)
+        if stem is not None and not _same_file(store, dir_fd, name, fd):
+            # A delete (which takes no audit lock) took the file while we
+            # wrote: the record went with it. Say so; the caller then keeps
+            # it in the store's log.
+            raise SessionGone(stem)
         return stored
     finally:
         ops.close(fd)  # drops the flock
@@ -88,6 +99,16 @@ def record(
 
 class SessionGone(Exception):
     """The session was deleted while its record was being written."""
+
+
+def _same_file(store: Store, dir_fd: int, name: str, fd: int) -> bool:
+    """Whether `name` still names the open file `fd`."""
+    held = store.ops.fstat(fd)
+    try:
+        named = store.ops.stat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _exists(store: Store, dir_fd: int, name: str) -> bool:
@@ -107,8 +128,20 @@ def read_records(
         OSError: the file could not be read.
         StorageError: a complete line is not a record.
     """
-    ops = store.ops
     name = file_name(stem)
+    try:
+        return _read(store, dir_fd, name, after, limit)
+    except StorageError:
+        # A recorder may have cut a torn last line and written a record in
+        # its place between two of our reads, which joins into a line that
+        # fails its checksum: read again before calling the file damaged.
+        return _read(store, dir_fd, name, after, limit)
+
+
+def _read(
+    store: Store, dir_fd: int, name: str, after: int, limit: int
+) -> list[AuditRecord]:
+    ops = store.ops
     try:
         fd = ops.open(name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:

@@ -15,6 +15,7 @@ The caller holds the session's lock and has checked the records' seqs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -62,7 +63,7 @@ from .handle import (
     poison,
     write_sidecar,
 )
-from .names import LOG_SUFFIX, group_name, temp_name
+from .names import AUDIT_SUFFIX, LOG_SUFFIX, group_name, temp_name
 from .scan import ScanState
 from .store import NEW_FILE_FLAGS, Store, storage_error
 from .summary import read_sidecar
@@ -136,6 +137,10 @@ def materialise(
         ops.fsync(fd)
         if store.find(pending.stem) is not None:
             raise SessionExistsError(f"session {header.id!r} already exists")
+        # An earlier session of this id whose delete was cut short may have
+        # left its audit records: a new session starts with none.
+        with contextlib.suppress(FileNotFoundError):
+            ops.unlink(pending.stem + AUDIT_SUFFIX, dir_fd=gfd)
         ops.replace(tmp, pending.stem + LOG_SUFFIX, dir_fd=gfd)
     except BaseException as exc:
         ops.close(fd)
