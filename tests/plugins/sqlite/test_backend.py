@@ -211,6 +211,23 @@ async def test_the_list_query_is_served_by_its_index(
 
 
 @pytest.mark.asyncio
+async def test_deleting_a_session_finds_its_audit_records_by_an_index(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    # The foreign key's cascade looks the session's records up by key: a
+    # scan there would hold the writer's lock over the whole audit table.
+    await _stored(store, "s")
+    conn = raw_db()
+    plan = " | ".join(
+        r[3]
+        for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT 1 FROM audit WHERE session_key = ?", (1,)
+        )
+    )
+    assert "audit_by_session" in plan, plan
+
+
+@pytest.mark.asyncio
 async def test_filtered_lists_are_served_by_an_index(
     store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
 ) -> None:

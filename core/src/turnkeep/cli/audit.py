@@ -79,7 +79,7 @@ def _line(record: AuditRecord, *, whole_store: bool) -> str:
     about_ = f" {clean(record.session_id)}" if whole_store and record.session_id else ""
     detail = " ".join(f"{clean(k)}={clean(str(v))}" for k, v in record.detail.items())
     return (
-        f"{format_time(record.at)}  {record.action:<12}{about_}  {where}: "
+        f"{format_time(record.at)}  {clean(record.action):<12}{about_}  {where}: "
         f"{clean(record.reason)}" + (f"  [{detail}]" if detail else "")
     )
 

@@ -372,6 +372,11 @@ def _migration_7(ident: sql.Identifier) -> Migration:
                 "CREATE UNIQUE INDEX IF NOT EXISTS audit_by_scope ON {audit} "
                 "((coalesce(session_scope, '')), number)"
             ).format(audit=audit),
+            # What deleting a session looks up (its records go with it): the
+            # expression index above cannot serve the foreign key's cascade.
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS audit_by_session ON {audit} (session_scope)"
+            ).format(audit=audit),
         ),
     )
 

@@ -190,6 +190,9 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
             # and no two records of a scope with one number.
             """CREATE UNIQUE INDEX IF NOT EXISTS audit_by_scope
                 ON audit (coalesce(session_key, 0), number)""",
+            # What deleting a session looks up (its records go with it): the
+            # expression index above cannot serve the foreign key's cascade.
+            """CREATE INDEX IF NOT EXISTS audit_by_session ON audit (session_key)""",
         ),
     ),
 )
