@@ -47,7 +47,7 @@ from turnkeep.events import (
     TurnEnd,
     TurnEndData,
 )
-from turnkeep.manifests import differences, last_manifest
+from turnkeep.manifests import differences, incomplete_name, last_manifest
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
 
@@ -174,9 +174,44 @@ async def test_a_failing_implementation_at_turn_end_is_logged_and_left_out(
             result = await loop.run_turn("hello")
     assert result.status == "completed"
     [end] = turn_ends(await stored_events(host, loop.session_id))
-    assert end.data.manifest == {"workspace": "v1"}
+    manifest = end.data.manifest
+    assert isinstance(manifest, dict)
+    assert "the disk is gone" in manifest.pop(incomplete_name("broken"))
+    assert manifest == {"workspace": "v1"}
     assert "plugin 'broken'" in caplog.text
     assert "the disk is gone" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_turn_whose_manifest_failed_is_what_a_resume_compares_with() -> None:
+    # Turn 2 changes the world itself, and its manifest fails to say so: the
+    # resume compares with turn 2's incomplete manifest (the gap is named),
+    # never with turn 1's, which would blame the turn's own change on the
+    # outside world.
+    shared, world, flaky = SharedMemory(), World(), Broken(answer={"db": "row-1"})
+    async with (
+        shared_host(shared) as host,
+        host.plugin(world),
+        host.plugin(flaky, name="flaky"),
+    ):
+        loop = AgentLoop.create("a", host=host, model=echo(2), session_id="s")
+        await loop.run_turn("one")
+        world.versions["workspace"] = "v2"  # the turn's own change
+        flaky.fail = True
+        await loop.run_turn("two")
+        await loop.close()
+    flaky.fail = False
+    async with (
+        shared_host(shared) as host,
+        host.plugin(world),
+        host.plugin(flaky, name="flaky"),
+    ):
+        with pytest.raises(ManifestDriftError) as refused:
+            await AgentLoop.resume("a", "s", host=host, model=echo(1))
+    found = {d.name: (d.recorded, d.current) for d in refused.value.differences}
+    assert set(found) == {incomplete_name("flaky"), "db"}
+    assert found["db"] == (None, "row-1")  # its names were missing, not changed
+    assert "workspace" not in found  # the same as turn 2 left it
 
 
 # -- checked on resume ------------------------------------------------------------

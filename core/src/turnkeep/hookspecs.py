@@ -326,7 +326,7 @@ def turn_manifest(session: Session) -> Manifest | Awaitable[Manifest | None] | N
         `None` (or `{}`) names nothing. An exception or a value that is not
         a mapping of text to text is `ManifestHookError`: on resume it
         refuses the resume (nothing appended); at a turn's end it is logged
-        (logger `turnkeep`) and that implementation's names are left out.
+        and the manifest names the gap, not the names (see `gather`).
 
     Args:
         session: the session whose turn ends or that is being resumed.

@@ -39,9 +39,16 @@ if TYPE_CHECKING:
 
     from turnkeep.session import Session
 
-__all__ = ["differences", "gather", "last_manifest"]
+__all__ = ["differences", "gather", "incomplete_name", "last_manifest"]
 
 _log: Final = logging.getLogger("turnkeep")
+_GAP_TEXT: Final = 300
+"""The most of a failed plugin's error a manifest keeps."""
+
+
+def incomplete_name(plugin: str) -> str:
+    """The name under which a manifest says `plugin` could not answer."""
+    return f"turnkeep.incomplete:{plugin}"
 
 
 async def gather(
@@ -56,7 +63,11 @@ async def gather(
         ManifestHookError: with `strict`, an implementation raised, answered
             something that is not a mapping of text to text, or gave a name
             another one gave with another version. Without `strict` each such
-            failure is logged and that implementation's answer left out.
+            failure is logged, that implementation's answer left out, and
+            the manifest names the gap (`incomplete_name(plugin)`, the error
+            as its version), so that a later check compares with this
+            manifest (and says it was incomplete) rather than with an older
+            one the turn may have moved past.
     """
     merged: Manifest = {}
     owners: dict[str, str] = {}
@@ -77,6 +88,7 @@ async def gather(
             if strict:
                 raise
             _log.warning("%s; this turn/end leaves its names out", exc)
+            merged[incomplete_name(plugin)] = str(exc)[:_GAP_TEXT]
             continue
         for name, version in answer.items():
             merged[name] = version
