@@ -107,3 +107,38 @@ class TestFiltersInCore(ListFilterContract):
     def make_backend(self) -> MakeBackend:
         storage = MemoryStorage()
         return lambda: ListsWithoutFilters(storage)
+
+
+def test_each_contract_skips_for_its_own_capability_only(
+    pytester: pytest.Pytester,
+) -> None:
+    # The contracts are mixed into one class: a fixture one of them names
+    # `peer` would serve the others too, and their tests would skip for a
+    # capability that is not theirs. A backend that declares cancel
+    # requests and an audit trail but no `held` runs those tests.
+    pytester.makepyfile(
+        """
+        import pytest
+        from turnkeep.conformance import MakeBackend, PersistenceContract
+        from turnkeep.memory import MemoryPersistence, MemoryStorage
+
+        class TestNoHeldDeclared(PersistenceContract):
+            supports_held = False
+            supports_cancel_requests = True
+            supports_audit = True
+
+            @pytest.fixture
+            def make_backend(self) -> MakeBackend:
+                storage = MemoryStorage()
+                return lambda: MemoryPersistence(storage)
+        """
+    )
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:randomly", "-p", "no:xdist", "-k", "record or request", "-rs",
+    )  # fmt: skip
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert outcomes.get("passed", 0) >= 10, result.stdout.str()
+    skips = [line for line in result.outlines if line.startswith("SKIPPED")]
+    assert not [s for s in skips if "supports_held" in s], skips

@@ -43,24 +43,22 @@ class AuditContract(BackendHarness):
     """[audit]."""
 
     @pytest.fixture
-    def peer(
+    def audit_peer(
         self, open_backend: Callable[[], SessionPersistence]
     ) -> SessionPersistence:
         """Another instance over the same storage: another process."""
-        self.need("supports_audit")
-        self.need("supports_multiple_processes")
-        return open_backend()
+        return self.another_instance(open_backend, "supports_audit")
 
     @pytest.mark.asyncio
     async def test_records_are_numbered_per_scope_and_seen_by_another_instance(
-        self, backend: SessionPersistence, peer: SessionPersistence
+        self, backend: SessionPersistence, audit_peer: SessionPersistence
     ) -> None:
         meta, _ = await self.stored(backend, flushes=(4,))
         other, _ = await self.stored(backend, flushes=(4,))
         mine = _trail(backend)
         assert await mine.audit_records(meta.id, 0, 10) == []
         sent = [_record(meta.id, f"r{n}") for n in range(3)]
-        got = [await _trail(peer).record_audit(meta.id, r) for r in sent]
+        got = [await _trail(audit_peer).record_audit(meta.id, r) for r in sent]
         assert [r.number for r in got] == [1, 2, 3]
         assert got == [
             msgspec.structs.replace(r, number=n + 1) for n, r in enumerate(sent)
@@ -69,16 +67,16 @@ class AuditContract(BackendHarness):
         assert await mine.audit_records(meta.id, 1, 1) == got[1:2]
         assert await mine.audit_records(meta.id, 3, 10) == []
         assert await mine.audit_records(other.id, 0, 10) == []
-        store = await _trail(peer).record_audit(None, _record(None))
+        store = await _trail(audit_peer).record_audit(None, _record(None))
         assert store.number == 1
         assert await mine.audit_records(None, 0, 10) == [store]
         assert (
-            await _trail(peer).record_audit(other.id, _record(other.id))
+            await _trail(audit_peer).record_audit(other.id, _record(other.id))
         ).number == 1
 
     @pytest.mark.asyncio
     async def test_racing_recorders_each_get_their_own_number(
-        self, backend: SessionPersistence, peer: SessionPersistence
+        self, backend: SessionPersistence, audit_peer: SessionPersistence
     ) -> None:
         meta, _ = await self.stored(backend, flushes=(4,))
         for scope in (meta.id, None):
@@ -86,7 +84,7 @@ class AuditContract(BackendHarness):
                 *(
                     _trail(b).record_audit(scope, _record(scope, f"r{n}.{i}"))
                     for n in range(6)
-                    for i, b in enumerate((backend, peer))
+                    for i, b in enumerate((backend, audit_peer))
                 )
             )
             assert sorted(r.number for r in got) == list(range(1, 13))
@@ -97,40 +95,40 @@ class AuditContract(BackendHarness):
 
     @pytest.mark.asyncio
     async def test_a_record_leaves_the_log_and_the_holder_undisturbed(
-        self, backend: SessionPersistence, peer: SessionPersistence
+        self, backend: SessionPersistence, audit_peer: SessionPersistence
     ) -> None:
         meta, written = await self.stored(backend, flushes=(4,))
-        before = await peer.load(meta.id)
-        await _trail(peer).record_audit(meta.id, _record(meta.id))
-        after = await peer.load(meta.id)
+        before = await audit_peer.load(meta.id)
+        await _trail(audit_peer).record_audit(meta.id, _record(meta.id))
+        after = await audit_peer.load(meta.id)
         assert after.events == before.events == self.raws(written)
         assert after.meta == before.meta
         more = self.records(4, 4)
         await backend.append(meta.id, more)  # the holder writes on
-        assert (await peer.load(meta.id)).events == self.raws(written + more)
+        assert (await audit_peer.load(meta.id)).events == self.raws(written + more)
         assert len(await _trail(backend).audit_records(meta.id, 0, 10)) == 1
 
     @pytest.mark.asyncio
     async def test_records_survive_a_reopen_and_go_with_a_delete(
         self,
         backend: SessionPersistence,
-        peer: SessionPersistence,
+        audit_peer: SessionPersistence,
         open_backend: Callable[[], SessionPersistence],
     ) -> None:
         self.need("supports_reopen")
         meta, _ = await self.stored(backend, flushes=(4,))
-        kept = await _trail(peer).record_audit(meta.id, _record(meta.id))
-        store = await _trail(peer).record_audit(None, _record(None))
+        kept = await _trail(audit_peer).record_audit(meta.id, _record(meta.id))
+        store = await _trail(audit_peer).record_audit(None, _record(None))
         assert await _trail(open_backend()).audit_records(meta.id, 0, 5) == [kept]
         await backend.delete(meta.id)
         with pytest.raises(SessionNotFoundError):
-            await _trail(peer).audit_records(meta.id, 0, 5)
+            await _trail(audit_peer).audit_records(meta.id, 0, 5)
         with pytest.raises(SessionNotFoundError):
-            await _trail(peer).record_audit(meta.id, _record(meta.id))
+            await _trail(audit_peer).record_audit(meta.id, _record(meta.id))
         again = open_backend()
         await self.stored(again, flushes=(4,), session_id=meta.id)
-        assert await _trail(peer).audit_records(meta.id, 0, 5) == []
-        assert (await _trail(peer).record_audit(meta.id, kept)).number == 1
+        assert await _trail(audit_peer).audit_records(meta.id, 0, 5) == []
+        assert (await _trail(audit_peer).record_audit(meta.id, kept)).number == 1
         assert await _trail(again).audit_records(None, 0, 5) == [store]
 
     @pytest.mark.asyncio

@@ -212,6 +212,20 @@ class BackendHarness:
         if not getattr(self, capability):
             pytest.skip(f"backend does not declare {capability}")
 
+    def another_instance(
+        self, open_backend: Callable[[], SessionPersistence], capability: str
+    ) -> SessionPersistence:
+        """Another instance over this test's storage (another process).
+
+        For a contract's tests of `capability`: skips unless the backend
+        declares it and `supports_multiple_processes`. Each contract names
+        its own fixture over this (`held_peer`, `cancel_peer`, ...): the
+        contracts are mixed into one class, where one name would serve all.
+        """
+        self.need(capability)
+        self.need("supports_multiple_processes")
+        return open_backend()
+
     @staticmethod
     def meta(
         session_id: str | None = None,
