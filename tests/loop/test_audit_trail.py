@@ -22,7 +22,7 @@ from tests.loop.support import SharedMemory, SpyTool, shared_host
 from tests.loop.test_effects import BlockingTool, blocked_log, model_for_turn_3
 
 from turnkeep import AgentLoop, Config, Host, hookimpl
-from turnkeep.audit import AuditRecord
+from turnkeep.audit import MAX_REASON_CHARS, AuditRecord
 from turnkeep.auditing import delete_recorded, note, read_trail
 from turnkeep.errors import (
     ContextMismatchError,
@@ -227,3 +227,15 @@ async def test_a_record_cancelled_after_the_takeover_leaves_the_session_live() -
                 await resuming
             assert new.sessions.get("s").events == session.events
         await old.sessions.abandon("s")
+
+
+@pytest.mark.asyncio
+async def test_a_long_reason_is_cut_to_fit_not_refused() -> None:
+    async with shared_host(SharedMemory()) as host:
+        session = host.sessions.create("s")
+        session.append(UserMessageData(text="x"))
+        await session.flush()
+        stored = await note(host.require_persistence(), "repair", "s", "why " * 500)
+    assert stored is not None
+    assert len(stored.reason) == MAX_REASON_CHARS
+    assert stored.reason.endswith("…")

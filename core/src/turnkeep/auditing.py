@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from turnkeep.audit import (
-    MAX_REASON_CHARS,
     AuditAction,
     AuditRecord,
     audit_log,
@@ -58,8 +57,6 @@ async def note(
     trail = audit_log(backend)
     if trail is None:
         return None
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 1] + "…"
     record = audit_record(action, session_id, reason, detail=detail)
     scope = None if action == "deletion" else session_id
     try:
