@@ -45,8 +45,8 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping
-from typing import Final, Literal, Protocol, TypeAlias, cast, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, Protocol, TypeAlias, cast, get_args
 
 import msgspec
 
@@ -55,6 +55,7 @@ __all__ = [
     "MAX_DETAIL_ITEMS",
     "MAX_DETAIL_TEXT",
     "MAX_REASON_CHARS",
+    "ROW_COLUMNS",
     "AuditAction",
     "AuditLog",
     "AuditRecord",
@@ -66,6 +67,8 @@ __all__ = [
     "encode_record",
     "has_audit_log",
     "numbered",
+    "record_from_row",
+    "record_row",
 ]
 
 AuditAction: TypeAlias = Literal[
@@ -284,3 +287,45 @@ def decode_record(data: bytes) -> AuditRecord:
         msgspec.DecodeError, msgspec.ValidationError: it is not one.
     """
     return _decoder.decode(data)
+
+
+ROW_COLUMNS: Final = "number, at, action, session_id, reason, host, pid, detail"
+"""The columns a SQL backend keeps a record in, in `record_row`'s order."""
+
+_detail_decoder = msgspec.json.Decoder(dict[str, str | int])
+
+
+def record_row(
+    record: AuditRecord,
+) -> tuple[int, int, str, str | None, str, str, int, str]:
+    """`record` as the values of `ROW_COLUMNS` (its detail as JSON text)."""
+    detail = _encoder.encode(record.detail).decode()
+    return (
+        record.number,
+        record.at,
+        record.action,
+        record.session_id,
+        record.reason,
+        record.host,
+        record.pid,
+        detail,
+    )
+
+
+def record_from_row(row: Sequence[Any]) -> AuditRecord:
+    """The record a row of `ROW_COLUMNS` holds (as `record_row` stored it).
+
+    Raises:
+        msgspec.DecodeError, msgspec.ValidationError: its detail is not one.
+    """
+    number, at, action, session_id, reason, host, pid, detail = row
+    return AuditRecord(
+        number=int(number),
+        at=int(at),
+        action=action,
+        session_id=session_id,
+        reason=reason,
+        host=host,
+        pid=int(pid),
+        detail=_detail_decoder.decode(detail),
+    )

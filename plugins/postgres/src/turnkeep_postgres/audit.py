@@ -12,18 +12,20 @@ one index range.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
-import msgspec
 from psycopg import AsyncConnection, sql
 
-from turnkeep.audit import AuditRecord, numbered
+from turnkeep.audit import (
+    ROW_COLUMNS,
+    AuditRecord,
+    numbered,
+    record_from_row,
+    record_row,
+)
 from turnkeep.errors import SessionNotFoundError
 
 __all__ = ["audit_records", "record_audit"]
-
-_COLUMNS: Final = "number, at, action, session_id, reason, host, pid, detail"
-_detail_decoder: Final = msgspec.json.Decoder(dict[str, str | int])
 
 
 async def record_audit(
@@ -38,22 +40,23 @@ async def record_audit(
         else ""
     )
     statement = sql.SQL(
-        "INSERT INTO {s}.audit (session_scope, " + _COLUMNS + ") "  # noqa: S608 - constants
+        "INSERT INTO {s}.audit (session_scope, " + ROW_COLUMNS + ") "  # noqa: S608 - constants
         "SELECT %(scope)s, (SELECT coalesce(max(number), 0) + 1 FROM {s}.audit "
         "WHERE coalesce(session_scope, '') = coalesce(%(scope)s, '')), "
         "%(at)s, %(action)s, %(id)s, %(reason)s, %(host)s, %(pid)s, %(detail)s "
         + source
         + " RETURNING number"
     ).format(s=ident)
+    _, at, action, session_id, reason, host, pid, detail = record_row(record)
     params = {
         "scope": scope,
-        "at": record.at,
-        "action": record.action,
-        "id": record.session_id,
-        "reason": record.reason,
-        "host": record.host,
-        "pid": record.pid,
-        "detail": msgspec.json.encode(record.detail).decode(),
+        "at": at,
+        "action": action,
+        "id": session_id,
+        "reason": reason,
+        "host": host,
+        "pid": pid,
+        "detail": detail,
     }
     async with conn.transaction():
         await conn.execute(lock, {"key": f"turnkeep-audit {schema} {scope or ''}"})
@@ -80,24 +83,10 @@ async def audit_records(
             raise SessionNotFoundError(f"no stored session {scope!r}")
     cur = await conn.execute(
         sql.SQL(
-            "SELECT " + _COLUMNS + " FROM {s}.audit "  # noqa: S608 - constants
+            "SELECT " + ROW_COLUMNS + " FROM {s}.audit "  # noqa: S608 - constants
             "WHERE coalesce(session_scope, '') = coalesce(%(scope)s, '') "
             "AND number > %(after)s ORDER BY number LIMIT %(limit)s"
         ).format(s=ident),
         {"scope": scope, "after": after, "limit": limit},
     )
-    return [
-        AuditRecord(
-            number=int(number),
-            at=int(at),
-            action=action,
-            session_id=session_id,
-            reason=reason,
-            host=host,
-            pid=int(pid),
-            detail=_detail_decoder.decode(detail),
-        )
-        for number, at, action, session_id, reason, host, pid, detail in (
-            await cur.fetchall()
-        )
-    ]
+    return [record_from_row(row) for row in await cur.fetchall()]

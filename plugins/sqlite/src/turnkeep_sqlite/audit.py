@@ -15,21 +15,23 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-import msgspec
-
-from turnkeep.audit import AuditRecord, numbered
+from turnkeep.audit import (
+    ROW_COLUMNS,
+    AuditRecord,
+    numbered,
+    record_from_row,
+    record_row,
+)
 from turnkeep.errors import SessionNotFoundError
 from turnkeep_sqlite.writer import Tx
 
 __all__ = ["audit_records", "record_audit"]
 
 _KEY: Final = "SELECT key FROM sessions WHERE id = ? AND next_seq > 0"
-_COLUMNS: Final = "number, at, action, session_id, reason, host, pid, detail"
 _INSERT: Final = (
-    f"INSERT INTO audit (session_key, {_COLUMNS}) "  # noqa: S608 - constant columns
+    f"INSERT INTO audit (session_key, {ROW_COLUMNS}) "  # noqa: S608 - constant columns
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_detail_decoder: Final = msgspec.json.Decoder(dict[str, str | int])
 
 
 def record_audit(tx: Tx, scope: str | None, record: AuditRecord) -> AuditRecord:
@@ -40,20 +42,7 @@ def record_audit(tx: Tx, scope: str | None, record: AuditRecord) -> AuditRecord:
         (key or 0,),
     ).fetchone()
     stored = numbered(record, last + 1)
-    tx.conn.execute(
-        _INSERT,
-        (
-            key,
-            stored.number,
-            stored.at,
-            stored.action,
-            stored.session_id,
-            stored.reason,
-            stored.host,
-            stored.pid,
-            msgspec.json.encode(stored.detail).decode(),
-        ),
-    )
+    tx.conn.execute(_INSERT, (key, *record_row(stored)))
     return stored
 
 
@@ -63,23 +52,11 @@ def audit_records(
     """The scope's records numbered above `after`, at most `limit`."""
     key = _key(conn, scope)
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM audit WHERE coalesce(session_key, 0) = ? "  # noqa: S608 - constant column list
+        f"SELECT {ROW_COLUMNS} FROM audit WHERE coalesce(session_key, 0) = ? "  # noqa: S608 - constant column list
         "AND number > ? ORDER BY number LIMIT ?",
         (key or 0, after, limit),
     ).fetchall()
-    return [
-        AuditRecord(
-            number=number,
-            at=at,
-            action=action,
-            session_id=session_id,
-            reason=reason,
-            host=host,
-            pid=pid,
-            detail=_detail_decoder.decode(detail),
-        )
-        for number, at, action, session_id, reason, host, pid, detail in rows
-    ]
+    return [record_from_row(row) for row in rows]
 
 
 def _key(conn: sqlite3.Connection, scope: str | None) -> int | None:
