@@ -2,7 +2,7 @@
 
 Owns what a turn records in the audit trail: a recovery that closed or
 continued an interrupted turn, and a turn refused because an unknown effect
-blocks it (a refused run context is recorded by `turnkeep.agent.context`, a
+blocks it (a refused resume is recorded by `turnkeep.agent.auditnotes`, a
 resolution by `turnkeep.agent.effects`). Each is recorded after it happened
 (a recovery once its events are durable), by this process, through
 `turnkeep.auditing.note`: a backend without the capability records nothing,
@@ -11,11 +11,10 @@ and a record that cannot be written never fails the turn.
 
 from __future__ import annotations
 
+from turnkeep.agent.auditnotes import note_by
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.steps import TurnRunner
 from turnkeep.agent.turns import NewTurn, Outcome, RecoverTurn
-from turnkeep.audit import AuditAction
-from turnkeep.auditing import note
 from turnkeep.errors import EffectBlockedError
 from turnkeep.host import Host
 from turnkeep.session import Session
@@ -42,7 +41,7 @@ async def run_job(
     try:
         return Outcome(result=await runner.new_turn(job.text))
     except EffectBlockedError as exc:
-        await _note(host, "refusal", session.id, str(exc), {"why": "effect blocked"})
+        await note_by(host, "refusal", session.id, str(exc), {"why": "effect blocked"})
         raise
 
 
@@ -58,16 +57,4 @@ async def _note_recovery(host: Host, report: RecoveryReport) -> None:
     reason = f"turn {report.turn} was cut off; recovery closed it"
     if report.continued:
         reason = f"turn {report.turn} was cut off; recovery continued it"
-    await _note(host, "recovery", report.session_id, reason, detail)
-
-
-async def _note(
-    host: Host,
-    action: AuditAction,
-    session_id: str,
-    reason: str,
-    detail: dict[str, str | int],
-) -> None:
-    if host.persistence_name is None:
-        return  # nothing stored, nothing to audit
-    await note(host.require_persistence(), action, session_id, reason, detail=detail)
+    await note_by(host, "recovery", report.session_id, reason, detail)

@@ -23,7 +23,6 @@ same at turn 1,000 as at turn 10.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import hashlib
 import weakref
@@ -33,10 +32,10 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 import msgspec
 
+from turnkeep.agent.auditnotes import refuse_resume
 from turnkeep.agent.budgets import DEFAULT_MAX_STEPS, check_budgets, output_reserve
 from turnkeep.agent.models import describe_model
 from turnkeep.agent.tools import Tool, replay_policy, validate_tools
-from turnkeep.auditing import note
 from turnkeep.errors import ConfigurationError, ContextMismatchError, TurnkeepError
 from turnkeep.events import (
     BudgetsInfo,
@@ -346,13 +345,9 @@ async def adopt_context(
             if found:
                 raise ContextMismatchError(session.id, found)
     except TurnkeepError as exc:
-        if isinstance(exc, ContextMismatchError) and host.persistence_name:
-            why = {"why": "context mismatch"}
-            backend = host.require_persistence()
-            await note(backend, "refusal", session.id, str(exc), detail=why)
         # Nothing was appended: let the session go as it was loaded.
-        with contextlib.suppress(TurnkeepError):
-            await host.sessions.close(session.id)
+        why = "context mismatch" if isinstance(exc, ContextMismatchError) else None
+        await refuse_resume(host, session.id, exc, why)
         raise
     return settings
 

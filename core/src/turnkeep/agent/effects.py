@@ -34,9 +34,9 @@ from typing import Final, Protocol, TypeAlias
 
 import attrs
 
+from turnkeep.agent.auditnotes import note_by
 from turnkeep.agent.messages import INTERRUPTED_TOOL_OUTPUT
 from turnkeep.agent.recovery import RecoveryReport, Settled
-from turnkeep.auditing import note
 from turnkeep.effects import Done, NotDone, Verdict
 from turnkeep.errors import (
     CallNotFoundError,
@@ -336,12 +336,11 @@ async def resolve_in_loop(
     event = await resolve_effect(
         session, call_id, done=done, result=result, by=by, reason=reason
     )
-    if loop.host.persistence_name is not None:  # recorded by whoever resolved
-        await note(
-            loop.host.require_persistence(),
-            "resolution",
-            session.id,
-            reason or f"call {call_id} resolved as {event.data.outcome}",
-            detail={"call": call_id[:200], "outcome": event.data.outcome},
-        )
+    await note_by(  # recorded by whoever resolved
+        loop.host,
+        "resolution",
+        session.id,
+        reason or f"call {call_id} resolved as {event.data.outcome}",
+        {"call": call_id, "outcome": event.data.outcome},
+    )
     return event

@@ -23,18 +23,16 @@ only a person (or `record`) can say that is fine.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Literal, Protocol, TypeAlias
 
+from turnkeep.agent.auditnotes import refuse_resume
 from turnkeep.agent.effects import recover_or_let_go
 from turnkeep.agent.recovery import RecoveryReport
-from turnkeep.auditing import note
 from turnkeep.errors import (
     ConfigurationError,
     ManifestDriftError,
     ManifestHookError,
-    TurnkeepError,
 )
 from turnkeep.events import RunDriftData, SessionEvent
 from turnkeep.host import Host
@@ -114,12 +112,7 @@ async def check_and_recover(
         session = host.sessions.get(loop.session_id)
         await check_drift(host, session, policy, loop.on_event)
     except (ConfigurationError, ManifestDriftError, ManifestHookError) as exc:
-        if isinstance(exc, ManifestDriftError) and host.persistence_name:
-            why = {"why": "manifest drift"}
-            backend = host.require_persistence()
-            await note(backend, "refusal", loop.session_id, str(exc), detail=why)
-        # The refusal is the error to report, not a failed release.
-        with contextlib.suppress(TurnkeepError):
-            await host.sessions.close(loop.session_id)
+        why = "manifest drift" if isinstance(exc, ManifestDriftError) else None
+        await refuse_resume(host, loop.session_id, exc, why)
         raise
     return await recover_or_let_go(loop, continue_turn)
