@@ -23,7 +23,7 @@ from turnkeep.agent.turns import (
     CANCELLED_UNSAFE_OUTPUT,
     Running,
 )
-from turnkeep.cancelrequest import ask_to_cancel
+from turnkeep.cancelrequest import CancelRequest, ask_to_cancel
 from turnkeep.errors import PersistenceNotConfiguredError, StorageError
 from turnkeep.events import ToolResult, TurnEnd
 from turnkeep.memory import MemoryPersistence
@@ -82,6 +82,9 @@ async def test_a_request_older_than_the_turn_cancels_nothing() -> None:
         assert (await loop.run_turn("first")).status == "completed"
         other = MemoryPersistence(plugin.storage)
         assert (await other.request_cancel(sid, "too early")).number == 1
+        # Older by the clock: a request in the admission's own millisecond
+        # would count (see test_requests_are_ordered_by_their_time).
+        await asyncio.sleep(0.002)
         running = asyncio.create_task(loop.run_turn("go"))
         await tool.started.wait()
         await asyncio.sleep(remotecancel.POLL_SECONDS * 3)  # several polls
@@ -109,7 +112,7 @@ class _FailingProbe(MemoryPersistence):
         raise StorageError("the server went away")
 
 
-@attrs.define
+@attrs.define(eq=False)
 class _FakeSession:
     id: str = "s"
 
@@ -145,3 +148,83 @@ async def test_a_failing_probe_is_logged_and_never_fails_the_turn(
     assert len(asyncio.all_tasks()) == before + 1  # only `other`'s own task
     assert other.task is not None
     other.task.cancel()
+
+
+class _CountingProbe(MemoryPersistence):
+    """A store that counts its cancel probes."""
+
+    probes: int = 0
+
+    async def cancel_requested(self, session_id: str, after: int) -> None:
+        type(self).probes += 1
+        return await super().cancel_requested(session_id, after)
+
+
+@pytest.mark.asyncio
+async def test_a_turn_shorter_than_a_poll_asks_the_store_nothing() -> None:
+    _CountingProbe.probes = 0
+    backend = _CountingProbe()
+    for _ in range(3):
+        turn = asyncio.create_task(asyncio.sleep(0))
+        running = Running(session=_FakeSession(), task=turn)  # type: ignore[arg-type]
+        remotecancel.watch(_FakeHost(backend), running, interval=0.05)
+        await turn
+    await asyncio.sleep(0.15)  # past the timers the turns armed
+    assert _CountingProbe.probes == 0
+    # A turn that outlives a poll is probed, every poll.
+    turn = asyncio.create_task(asyncio.sleep(0.2))
+    running = Running(session=_FakeSession(), task=turn)  # type: ignore[arg-type]
+    remotecancel.watch(_FakeHost(backend), running, interval=0.05)
+    await turn
+    assert 2 <= _CountingProbe.probes <= 5
+
+
+@attrs.define
+class _OneRequest:
+    """A store whose latest cancel request is `request`."""
+
+    request: CancelRequest
+
+    async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:
+        raise NotImplementedError  # never called: the watcher only probes
+
+    async def cancel_requested(
+        self, session_id: str, after: int
+    ) -> CancelRequest | None:
+        return self.request if self.request.number > after else None
+
+
+async def _watched(backend: object, session: object, admitted_ms: int) -> bool:
+    """Whether a turn admitted at `admitted_ms` is cancelled within a poll."""
+    turn = asyncio.create_task(asyncio.sleep(1))
+    running = Running(session=session, task=turn)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(remotecancel, "now_ms", lambda: admitted_ms)
+        remotecancel.watch(_FakeHost(backend), running, interval=0.01)
+    await asyncio.sleep(0.05)
+    turn.cancel()
+    return running.cancel_requested
+
+
+@pytest.mark.asyncio
+async def test_requests_are_ordered_by_their_time() -> None:
+    request = CancelRequest(number=1, reason="stop", requested_at=5_000)
+    # Recorded before the turn was admitted: it cancels nothing, even when
+    # first seen while the turn runs.
+    assert not await _watched(_OneRequest(request), _FakeSession("a"), 5_001)
+    # Recorded in the admission's millisecond, or after: it cancels.
+    assert await _watched(_OneRequest(request), _FakeSession("b"), 5_000)
+    assert await _watched(_OneRequest(request), _FakeSession("c"), 4_000)
+
+
+@pytest.mark.asyncio
+async def test_a_request_cancels_one_turn_only() -> None:
+    # A clock running ahead on the requester's side makes the request look
+    # newer than every later turn; the number it was seen under still
+    # keeps it from cancelling another turn of the same session.
+    request = CancelRequest(number=7, reason="stop", requested_at=9_000)
+    session = _FakeSession("s")
+    assert await _watched(_OneRequest(request), session, 1_000)
+    assert not await _watched(_OneRequest(request), session, 2_000)
+    newer = CancelRequest(number=8, reason="again", requested_at=9_000)
+    assert await _watched(_OneRequest(newer), session, 3_000)

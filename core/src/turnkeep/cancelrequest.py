@@ -26,12 +26,13 @@ The contract [cancel-request], which the conformance kit checks:
   `InvalidSessionIdError`; a reason that is not text of at most
   `MAX_REASON_CHARS` characters `ValueError`.
 
-The owner takes the number of the latest request when its turn starts and
-acts only on a later one, so a request recorded while no turn ran never
-cancels the next turn. `ask_to_cancel` is what a requester calls: it says
-truthfully whether anyone is there to act on the request (a live owner
-holds the session); when nobody is, it records nothing. A backend without
-the capability is refused with `CancelUnsupportedError` naming it.
+The owner acts only on a request recorded after its turn was admitted (by
+`requested_at` against the admission time; `turnkeep.agent.remotecancel`),
+so a request recorded while no turn ran never cancels the next turn.
+`ask_to_cancel` is what a requester calls: it says truthfully whether
+anyone is there to act on the request (a live owner holds the session);
+when nobody is, it records nothing. A backend without the capability is
+refused with `CancelUnsupportedError` naming it.
 """
 
 from __future__ import annotations
