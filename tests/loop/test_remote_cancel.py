@@ -155,7 +155,9 @@ class _CountingProbe(MemoryPersistence):
 
     probes: int = 0
 
-    async def cancel_requested(self, session_id: str, after: int) -> None:
+    async def cancel_requested(
+        self, session_id: str, after: int
+    ) -> CancelRequest | None:
         type(self).probes += 1
         return await super().cancel_requested(session_id, after)
 
@@ -167,14 +169,14 @@ async def test_a_turn_shorter_than_a_poll_asks_the_store_nothing() -> None:
     for _ in range(3):
         turn = asyncio.create_task(asyncio.sleep(0))
         running = Running(session=_FakeSession(), task=turn)  # type: ignore[arg-type]
-        remotecancel.watch(_FakeHost(backend), running, interval=0.05)
+        remotecancel.watch(_FakeHost(backend), running, interval=0.05)  # type: ignore[arg-type]
         await turn
     await asyncio.sleep(0.15)  # past the timers the turns armed
     assert _CountingProbe.probes == 0
     # A turn that outlives a poll is probed, every poll.
     turn = asyncio.create_task(asyncio.sleep(0.2))
     running = Running(session=_FakeSession(), task=turn)  # type: ignore[arg-type]
-    remotecancel.watch(_FakeHost(backend), running, interval=0.05)
+    remotecancel.watch(_FakeHost(backend), running, interval=0.05)  # type: ignore[arg-type]
     await turn
     assert 2 <= _CountingProbe.probes <= 5
 
@@ -200,7 +202,7 @@ async def _watched(backend: object, session: object, admitted_ms: int) -> bool:
     running = Running(session=session, task=turn)  # type: ignore[arg-type]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(remotecancel, "now_ms", lambda: admitted_ms)
-        remotecancel.watch(_FakeHost(backend), running, interval=0.01)
+        remotecancel.watch(_FakeHost(backend), running, interval=0.01)  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     turn.cancel()
     return running.cancel_requested
