@@ -97,9 +97,13 @@ class Guard:
 
     def activity(self) -> None:
         """The turn appended an event: the stall limit starts again."""
-        self._last = asyncio.get_running_loop().time()
         timeout = self._timeout
-        if timeout is not None and not timeout.expired():
+        # Runs for every event: with no stall limit in force there is nothing
+        # to move (`watching` starts the clock afresh for each call).
+        if timeout is None or self.stall is None:
+            return
+        self._last = asyncio.get_running_loop().time()
+        if not timeout.expired():
             timeout.reschedule(self._when())
 
     def _when(self) -> float | None:
