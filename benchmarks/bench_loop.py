@@ -1,9 +1,10 @@
 """The user's path: `AgentLoop.run_turn` and `Session.append` + `flush`, in one run.
 
 `make bench` leads with what users call, next to raw baselines and to two
-peers measured in the same process and run, turn by turn in lockstep so every
-contestant sees the same machine (each turn, the contestants take their step
-in a rotating order):
+peers measured in the same process and run. turnkeep, the raw baselines and
+the OpenAI Agents SDK go turn by turn in lockstep, so they see the same
+machine (each turn, the contestants take their step in a rotating order);
+LangGraph stores the same turns after them, alone (`ALONE` says why):
 
 - `AgentLoop.run_turn` on JSONL and on SQLite with a lean model that streams
   exactly what it is given (7 text deltas and one safe tool call, then "ok"):
@@ -193,6 +194,13 @@ LABELS = {
     "peer.openai": peers.OpenAISession.name,
     "peer.langgraph": peers.LangGraphSaver.name,
 }
+#: Contestants that store the loop's turns after the lockstep, alone, on the
+#: same turns in the same run. LangGraph's saver stores every message so far
+#: at each turn: by turn 1,000 a turn costs it ~40x its first and writes ~1 MB,
+#: and beside it every other contestant's fsync and caches paid for that
+#: (raw write's own last10/first10 went to 1.5-1.8), which no store's ratio
+#: or flatness should carry.
+ALONE = ("peer.langgraph",)
 #: The contestants that store the loop's turns: their disk is compared.
 LOOP_STORES = (
     "jsonl.run_turn",
@@ -254,6 +262,8 @@ async def lockstep(root: Path, sample_disk: bool) -> dict[str, Any]:
             f"peer.{kind.key}": kind(root / f"peer-{kind.key}") for kind in peers.PEERS
         }
         dirs.update({key: store.directory for key, store in stores.items()})
+        # Stored apart, after the others (see `ALONE`): the turns it is given.
+        alone: dict[str, list[list[Any]]] = {key: [] for key in ALONE}
 
         for turn in range(TURNS):
             # Phase 1: the loops. Phase 2 stores what they produced.
@@ -282,8 +292,12 @@ async def lockstep(root: Path, sample_disk: bool) -> dict[str, Any]:
                     sessions[backend],
                 )
             steps += [
-                (key, _peer_step(store, natives[key])) for key, store in stores.items()
+                (key, _peer_step(store, natives[key]))
+                for key, store in stores.items()
+                if key not in ALONE
             ]
+            for key in ALONE:
+                alone[key].append(natives[key])
             for key, step in _rotated(steps, turn):
                 t = perf()
                 await step()
@@ -292,6 +306,15 @@ async def lockstep(root: Path, sample_disk: bool) -> dict[str, Any]:
                 samples["turns"].append(turn + 1)
                 samples["payload"].append(payload)
                 for key in LOOP_STORES:
+                    if key not in ALONE:
+                        samples[key].append(disk_bytes(dirs[key]))
+        for key in ALONE:
+            store = stores[key]
+            for turn, items in enumerate(alone[key]):
+                t = perf()
+                await store.add(items)
+                times[key].append(perf() - t)
+                if sample_disk and ((turn + 1) % every == 0 or turn == TURNS - 1):
                     samples[key].append(disk_bytes(dirs[key]))
         for backend in BACKENDS:
             await agents[backend].close()
@@ -415,7 +438,7 @@ def report(results: dict[str, Any]) -> None:
     print(
         f"T={TURNS} turns ({results['events_per_loop_turn']:.1f} events per loop "
         f"turn, {results['payload_bytes'] / 1e6:.2f} MB payload), median of "
-        f"{results['reps']} runs, every contestant in lockstep"
+        f"{results['reps']} runs, in lockstep (LangGraph after, alone)"
     )
 
     def line(key: str, extra: str) -> None:

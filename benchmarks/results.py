@@ -148,7 +148,8 @@ def summary(results: dict[str, Any]) -> str:
         lines += [
             f"Measured at T = {loop['turns']:,} turns, "
             f"{loop['events_per_loop_turn']:.0f} events per loop turn, median of "
-            f"{loop['reps']} runs, every contestant in lockstep.",
+            f"{loop['reps']} runs; LangGraph stored the same turns after the "
+            "others, alone.",
             "",
             "| contestant | µs per turn | last 10 / first 10 | disk / payload |",
             "| --- | ---: | ---: | ---: |",
