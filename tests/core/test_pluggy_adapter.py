@@ -95,3 +95,51 @@ def test_hook_call_monitoring_sees_direct_calls() -> None:
     undo()
     call("s", 4)
     assert seen == [("session_event", {"session": "s", "event": 3})]
+
+
+class Quiet:
+    @hookimpl
+    def session_event(self, session: object, event: object) -> None:
+        return None
+
+
+class EventOnly:
+    @hookimpl
+    def session_event(self, event: object) -> str:
+        return f"only:{event}"
+
+
+class Wrapper:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    @hookimpl(wrapper=True)
+    def session_event(self, session: object, event: object) -> Any:
+        self.log.append("before")
+        results = yield
+        self.log.append("after")
+        return [*results, "wrapped"]
+
+
+@pytest.mark.parametrize(
+    "plugin", [Plugin("one", []), Quiet(), EventOnly(), Plugin("x", [], fail=True)]
+)
+def test_one_implementation_is_called_as_pluggy_would(plugin: object) -> None:
+    pm = new_manager()
+    pm.register(plugin)
+    call = direct_caller(pm, "session_event")
+    try:
+        public: Any = pm.hook.session_event(session="s", event=5)
+    except RuntimeError as exc:
+        with pytest.raises(RuntimeError, match=str(exc)):
+            call("s", 5)
+    else:
+        assert call("s", 5) == public
+
+
+def test_a_wrapper_alone_still_wraps() -> None:
+    pm = new_manager()
+    log: list[str] = []
+    pm.register(Wrapper(log))
+    assert direct_caller(pm, "session_event")("s", 1) == ["wrapped"]
+    assert log == ["before", "after"]

@@ -53,6 +53,11 @@ def _has_internals() -> bool:
 FAST_PATH: Final = _has_internals()
 """Whether this pluggy has the internals the fast paths use (else: public API)."""
 
+_MULTICALL: Final[object] = getattr(new_manager(), "_inner_hookexec", None)
+"""pluggy's executor while no hook-call monitoring replaces it."""
+
+_SESSION_EVENT: Final = ("session", "event")
+
 
 def validate_plugin(plugin: object) -> None:
     """Register `plugin` with a scratch manager: are its hooks valid?
@@ -111,7 +116,17 @@ def direct_caller(
 
     def call(session: object, event: object) -> list[object]:
         # Read per call: hook-call monitoring and tracing replace it.
-        results = pm._inner_hookexec(  # pyright: ignore[reportPrivateUsage]
+        hookexec = pm._inner_hookexec  # pyright: ignore[reportPrivateUsage]
+        if hookexec is _MULTICALL and len(hook_impls) == 1:
+            # One plain implementation (the write-behind, usually): what the
+            # executor would do for it, without its generic loop.
+            impl = hook_impls[0]
+            if impl.argnames == _SESSION_EVENT and not (
+                impl.wrapper or impl.hookwrapper
+            ):
+                result = impl.function(session, event)
+                return [] if result is None else [result]
+        results = hookexec(
             hook_name, hook_impls, {"session": session, "event": event}, False
         )
         return cast("list[object]", results)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Final
 
 import attrs
 
@@ -74,6 +75,16 @@ class Watch:
         _seconds("stream_flush_seconds", self.stream_flush_seconds)
 
 
+class _Unwatched(AbstractAsyncContextManager[None]):
+    """What `Guard.watching` gives when no limit is in force."""
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+
+_UNWATCHED: Final = _Unwatched()
+
+
 @attrs.define(eq=False)
 class Guard:
     """One turn's deadline and stall limit, enforced while a call runs.
@@ -111,14 +122,19 @@ class Guard:
         candidates = [t for t in (stalls_at, self._deadline_at) if t is not None]
         return min(candidates) if candidates else None
 
-    @asynccontextmanager
-    async def watching(self, what: str) -> AsyncGenerator[None]:
+    def watching(self, what: str) -> AbstractAsyncContextManager[None]:
         """Run the body (a model call or tool) under the limits.
 
         Raises:
             TimedOut: a limit passed; the body was cancelled where it waited
                 (or, if it ignored that, the turn still ends here).
         """
+        if self.stall is None and self._deadline_at is None:
+            return _UNWATCHED  # the default: no limit, nothing to set up
+        return self._watched(what)
+
+    @asynccontextmanager
+    async def _watched(self, what: str) -> AsyncGenerator[None]:
         self._last = asyncio.get_running_loop().time()
         when = self._when()
         if when is None:
