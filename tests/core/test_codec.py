@@ -192,3 +192,17 @@ def test_record_carries_position_type_time_and_bytes() -> None:
 def test_a_type_cannot_be_registered_twice() -> None:
     with pytest.raises(ValueError, match="twice"):
         EventCodec(types=[define_event_type("user/message")])
+
+
+def test_stored_size_reuses_the_last_snapshot_and_encodes_anything_else() -> None:
+    codec = EventCodec()
+    said = UserMessage(seq=0, time=1, data=UserMessageData(text="hi"))
+    other = UserMessage(seq=1, time=2, data=UserMessageData(text="hello"))
+    assert codec.stored_size(said) == len(codec.encode(said))
+    # What the write-behind left is read, not re-encoded (a stand-in proves it).
+    codec.last_snapshot = (said, b"xyz")
+    assert codec.stored_size(said) == 3
+    assert codec.stored_size(other) == len(codec.encode(other))
+    oversized = EventCodec(max_event_bytes=10)
+    with pytest.raises(EventTooLargeError):
+        oversized.stored_size(other)

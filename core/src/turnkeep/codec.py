@@ -124,6 +124,11 @@ class EventCodec:
     )
     """Event class -> its lossless check (`turnkeep.lossless`), for the classes
     whose payload has `Any`-typed parts (updated in place, like `kinds`)."""
+    last_snapshot: tuple[SessionEvent, bytes] | None = attrs.field(
+        init=False, default=None, repr=False
+    )
+    """The event the write-behind encoded last, with its bytes (`stored_size`
+    reads it instead of encoding the event a second time)."""
 
     def __attrs_post_init__(self) -> None:
         if self.max_event_bytes <= 0:
@@ -183,6 +188,20 @@ class EventCodec:
                 event_type=event.type,
             )
         return raw
+
+    def stored_size(self, event: SessionEvent) -> int:
+        """The size of `event` encoded (its bytes as stored).
+
+        The last event the write-behind snapshotted (usually the one just
+        appended) is not encoded again.
+
+        Raises:
+            EventNotSerializableError, EventTooLargeError: as `encode`.
+        """
+        last = self.last_snapshot
+        if last is not None and last[0] is event:
+            return len(last[1])
+        return len(self.encode(event))
 
     def snapshot(self, event: SessionEvent) -> bytes:
         """`encode`, inlined for the hot path: it runs for every appended event."""

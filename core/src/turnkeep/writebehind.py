@@ -154,6 +154,7 @@ class WriteBehind:
             if len(raw) > codec.max_event_bytes:
                 codec.encode(event)  # raises EventTooLargeError
             pending.append(raw)
+            codec.last_snapshot = (event, raw)  # the turn's usage counts it
         elif buffered > event.seq:
             # Snapshots of events that are no longer in the log (a rejection
             # the session could not see): drop them, then take this one.

@@ -483,7 +483,7 @@ class AgentLoop:
             ),
             context=context,
             plan=self._plan,
-            meter=UsageMeter(self.host.codec.encode),
+            meter=UsageMeter(self.host.codec.stored_size),
             watch=self.watch,
             reconcile=self.host.reconcile_effect,
             manifest=self.host.turn_manifest,

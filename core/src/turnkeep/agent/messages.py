@@ -75,7 +75,7 @@ PARTIAL_REPLY_NOTE: Final = (
 )
 
 
-class HistoryToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class HistoryToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool call in the derived history: what an assistant message asked for.
 
     Made from a `tool/call` event (`turnkeep.events.ToolCall`); the model
@@ -87,7 +87,10 @@ class HistoryToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: dict[str, Any]
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+# gc=False (here and above): a live session's history keeps one per message
+# for its whole life, and they hold nothing that could refer back to them, so
+# the cyclic collector need not walk them over and over.
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One entry of model history.
 
     Attributes:

@@ -26,11 +26,12 @@ class UsageMeter:
     """Counts one turn's usage.
 
     Attributes:
-        encode: an event's stored bytes (the host codec's `encode`).
+        size: an event's stored size in bytes (the host codec's
+            `stored_size`).
         clock: monotonic seconds.
     """
 
-    encode: Callable[[SessionEvent], bytes]
+    size: Callable[[SessionEvent], int]
     clock: Callable[[], float] = time.perf_counter
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -48,7 +49,7 @@ class UsageMeter:
     def appended(self, event: SessionEvent) -> None:
         """Count an event the turn appended."""
         self.events += 1
-        self.bytes += len(self.encode(event))
+        self.bytes += self.size(event)
 
     def reported(self, usage: Usage | None) -> None:
         """Add what the model reported for one call (nothing if it did not)."""
