@@ -30,6 +30,13 @@ returns everything, per-turn curves and disk samples included, for
 
 Sizes: `BENCH_LOOP_TURNS` (200; `make bench-full` runs 1,000), `BENCH_REPS`
 (3).
+
+`python -m benchmarks.bench_loop --callgrind` counts instead the loop's own
+CPU: instructions per `run_turn` on the memory backend (no I/O, so no
+`fsync` and no thread hop), with turnkeep's defaults and with secret
+redaction off, under valgrind's callgrind (`benchmarks/callgrind.py`):
+the difference between runs of 300 and 100 turns, over 200. Counts repeat
+run to run, where wall time on a shared machine does not.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import os
 import shutil
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
@@ -48,7 +56,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from benchmarks import peers
+from benchmarks import callgrind, peers
 from benchmarks.peers import disk_bytes
 from benchmarks.workload import CHUNKS, Workload
 from turnkeep import AgentLoop, Host, SessionEvent, function_tool
@@ -480,7 +488,61 @@ def report(results: dict[str, Any]) -> None:
         )
 
 
+# -- the loop's own CPU, in instructions -------------------------------------
+
+IR_TURNS = (100, 300)
+"""Turns of the two callgrind runs whose difference is counted."""
+IR_KINDS = {"defaults": True, "no-redaction": False}
+"""Callgrind variants: whether secret redaction is on."""
+
+
+async def _ir_turns(turns: int, redact: bool) -> None:
+    prompts = Workload(seed=13)
+    said = [prompts.text() for _ in range(turns)]
+    config = {"persistence": "memory", "redact_secrets": redact}
+    async with Host(config) as host:
+        workload = Workload(seed=11)
+        agent = AgentLoop.create(
+            "bench",
+            host=host,
+            model=LeanModel(workload),
+            tools=[make_lookup(workload)],
+        )
+        for text in said:
+            await agent.run_turn(text)
+        await agent.close()
+
+
+def ir_mode(mode: str) -> None:
+    """Run `KIND:TURNS` turns (under callgrind, from `instructions`)."""
+    kind, turns = mode.split(":")
+    asyncio.run(_ir_turns(int(turns), IR_KINDS[kind]))
+
+
+def instructions() -> dict[str, Any]:
+    """Instructions per `run_turn` of each variant (see the module docstring)."""
+    callgrind.valgrind()
+    low, high = IR_TURNS
+    per_turn: dict[str, float] = {}
+    for kind in IR_KINDS:
+        counts = [
+            callgrind.count("benchmarks.bench_loop", f"{kind}:{n}") for n in IR_TURNS
+        ]
+        per_turn[kind] = (counts[1] - counts[0]) / (high - low)
+    print(f"instructions per run_turn, memory backend (turns {low + 1}-{high}):")
+    for kind, count in per_turn.items():
+        print(f"  {kind:<13} {count / 1e6:7.3f} M")
+    share = 1 - per_turn["no-redaction"] / per_turn["defaults"]
+    print(f"  secret redaction: {share:.1%} of a turn's instructions")
+    return {"instructions_per_turn": per_turn, "redaction_share": share}
+
+
 def main() -> dict[str, Any]:
+    if "--ir" in sys.argv:
+        ir_mode(sys.argv[sys.argv.index("--ir") + 1])
+        return {}
+    if "--callgrind" in sys.argv:
+        return instructions()
     gone = peers.missing()
     if gone:
         raise SystemExit(
