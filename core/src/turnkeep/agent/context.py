@@ -38,6 +38,7 @@ from turnkeep.agent.models import describe_model
 from turnkeep.agent.tools import Tool, replay_policy, validate_tools
 from turnkeep.errors import ConfigurationError, ContextMismatchError, TurnkeepError
 from turnkeep.events import (
+    AssistantChunk,
     BudgetsInfo,
     ModelInfo,
     RunContext,
@@ -141,6 +142,8 @@ class RecordedContext:
         """Read the events appended since the last call."""
         for index in range(self._read, len(log)):
             event = log[index]
+            if type(event) is AssistantChunk:
+                continue  # half of a turn's events; the checks below cost more
             if isinstance(event, RunContext):
                 self.context = event.data
             elif isinstance(event, RunInstructions):

@@ -48,6 +48,7 @@ from turnkeep.errors import (
     TurnkeepError,
 )
 from turnkeep.events import (
+    AssistantChunk,
     EffectResolved,
     EffectResolvedData,
     SessionEvent,
@@ -200,6 +201,8 @@ class _Scan:
 
     def extend(self, log: Sequence[SessionEvent]) -> None:
         for event in log[self.read :]:
+            if type(event) is AssistantChunk:
+                continue  # half of a turn's events; the checks below cost more
             if isinstance(event, ToolCall):
                 self.calls[event.data.call_id] = event
             elif isinstance(event, ToolResult):

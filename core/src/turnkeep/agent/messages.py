@@ -40,11 +40,13 @@ import msgspec
 
 from turnkeep._deprecated import renamed
 from turnkeep.events import (
+    AssistantChunk,
     AssistantMessage,
     EffectResolved,
     SessionEvent,
     ToolCall,
     ToolResult,
+    TurnEnd,
     TurnStart,
     UserMessage,
 )
@@ -115,6 +117,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=
 
 _encoder: Final = msgspec.json.Encoder()
 
+_UNSEEN: Final = frozenset({AssistantChunk, TurnEnd})
+"""Types whose events leave the history as it is (streamed pieces, ends)."""
+
 
 def derive_messages(events: Iterable[SessionEvent]) -> list[Message]:
     """Return the model history of a log (pure and deterministic)."""
@@ -170,6 +175,8 @@ class History:
         return out
 
     def _add(self, event: SessionEvent) -> None:
+        if type(event) in _UNSEEN:
+            return  # most of a turn's events: skipped before the checks below
         if isinstance(event, ToolCall):
             if self._open_text is None:
                 self._open_text = ""
