@@ -2,8 +2,9 @@
 
 - `.ci/run` stops with an error when the installed server will not start,
   and otherwise runs `make test` with `TURNKEEP_REQUIRE_POSTGRES=1`. It runs
-  here with stand-in `pg_ctlcluster` and `make` commands first on `PATH`, so
-  the machine's server is never touched and the suite does not recurse.
+  here with stand-in `pg_ctlcluster`, `make` and `apt-get` commands first on
+  `PATH`, so the machine's server and packages are never touched and the
+  suite does not recurse.
 - `tests/support/skipguard.py` fails a run in which a `postgres` test
   skipped where PostgreSQL is required (checked in a pytester run).
 - `tests/support/timing.py` sums test time by directory under `--durations`.
@@ -22,12 +23,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CI_RUN = ROOT / ".ci" / "run"
 MAKE = '#!/bin/sh\necho "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}"\n'
+APT = "#!/bin/sh\nexit 0\n"
 
 
 def _run_ci(tmp_path: Path, pg_ctlcluster: str) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("make", MAKE), ("pg_ctlcluster", pg_ctlcluster)):
+    # apt-get too: on a machine without Chromium, `.ci/run` installs it, and a
+    # test must not install packages (nor print apt's output into stdout).
+    stubs = (("make", MAKE), ("pg_ctlcluster", pg_ctlcluster), ("apt-get", APT))
+    for name, text in stubs:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "TURNKEEP_REQUIRE_POSTGRES"}
