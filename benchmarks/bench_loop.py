@@ -177,6 +177,17 @@ def make_lookup(workload: Workload) -> Any:
     return lookup
 
 
+def lean_agent(host: Host) -> AgentLoop:
+    """The benchmark's loop: the lean model and its one safe tool.
+
+    Each loop gets its own copy of the same prepared replies.
+    """
+    workload = Workload(seed=11)
+    return AgentLoop.create(
+        "bench", host=host, model=LeanModel(workload), tools=[make_lookup(workload)]
+    )
+
+
 # -- one run ---------------------------------------------------------------------
 
 
@@ -253,14 +264,7 @@ async def lockstep(root: Path, sample_disk: bool) -> dict[str, Any]:
                 Host(_config(backend, dirs[f"{backend}.run_turn"]))
             )
             hosts[backend] = host
-            # Each loop gets its own copy of the same prepared replies.
-            workload = Workload(seed=11)
-            agents[backend] = AgentLoop.create(
-                "bench",
-                host=host,
-                model=LeanModel(workload),
-                tools=[make_lookup(workload)],
-            )
+            agents[backend] = lean_agent(host)
             append_host = await stack.enter_async_context(
                 Host(_config(backend, root / f"append-{backend}"))
             )
@@ -501,13 +505,7 @@ async def _ir_turns(turns: int, redact: bool) -> None:
     said = [prompts.text() for _ in range(turns)]
     config = {"persistence": "memory", "redact_secrets": redact}
     async with Host(config) as host:
-        workload = Workload(seed=11)
-        agent = AgentLoop.create(
-            "bench",
-            host=host,
-            model=LeanModel(workload),
-            tools=[make_lookup(workload)],
-        )
+        agent = lean_agent(host)
         for text in said:
             await agent.run_turn(text)
         await agent.close()

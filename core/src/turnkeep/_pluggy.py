@@ -24,6 +24,7 @@ from turnkeep.errors import FlushError, HookContractError
 
 __all__ = [
     "FAST_PATH",
+    "SESSION_EVENT_ARGS",
     "await_all",
     "call_impl",
     "call_plugin_hook",
@@ -42,21 +43,25 @@ def new_manager() -> pluggy.PluginManager:
     return pm
 
 
-def _has_internals() -> bool:
+def _internals() -> tuple[bool, object]:
+    """Whether the fast paths' internals are there, and the default executor."""
     pm = new_manager()
     caller = pm.hook.session_event
-    return isinstance(getattr(caller, "_hookimpls", None), list) and callable(
-        getattr(pm, "_inner_hookexec", None)
-    )
+    hookexec = getattr(pm, "_inner_hookexec", None)
+    found = isinstance(getattr(caller, "_hookimpls", None), list) and callable(hookexec)
+    return found, hookexec
 
 
-FAST_PATH: Final = _has_internals()
+_FOUND: Final = _internals()
+
+FAST_PATH: Final = _FOUND[0]
 """Whether this pluggy has the internals the fast paths use (else: public API)."""
 
-_MULTICALL: Final[object] = getattr(new_manager(), "_inner_hookexec", None)
+_MULTICALL: Final = _FOUND[1]
 """pluggy's executor while no hook-call monitoring replaces it."""
 
-_SESSION_EVENT: Final = ("session", "event")
+SESSION_EVENT_ARGS: Final = ("session", "event")
+"""The argument names of the usual `session_event`/`redact_event` signature."""
 
 
 def validate_plugin(plugin: object) -> None:
@@ -121,7 +126,7 @@ def direct_caller(
             # One plain implementation (the write-behind, usually): what the
             # executor would do for it, without its generic loop.
             impl = hook_impls[0]
-            if impl.argnames == _SESSION_EVENT and not (
+            if impl.argnames == SESSION_EVENT_ARGS and not (
                 impl.wrapper or impl.hookwrapper
             ):
                 result = impl.function(session, event)

@@ -29,7 +29,7 @@ import attrs
 import msgspec
 from pluggy import HookImpl
 
-from turnkeep._pluggy import call_impl
+from turnkeep._pluggy import SESSION_EVENT_ARGS, call_impl
 from turnkeep.errors import RedactionError
 from turnkeep.events import (
     AssistantChunk,
@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound=SessionEvent)
-_SESSION_EVENT: Final = ("session", "event")
 
 
 def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E:
@@ -70,7 +69,7 @@ def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E
     current = event
     for impl in impls[::-1]:  # a copy: hooks may be (un)registered meanwhile
         try:
-            if impl.argnames == _SESSION_EVENT:  # the usual signature: no kwargs
+            if impl.argnames == SESSION_EVENT_ARGS:  # no kwargs to build
                 result = cast(object, impl.function(session, current))
             else:
                 result = call_impl(impl, session=session, event=current)

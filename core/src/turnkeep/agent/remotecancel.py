@@ -111,7 +111,7 @@ class _Watcher:
         while True:
             seen = _seen.get(session, 0)
             found = await _probe(self.requests, session.id, seen)
-            if found is not None and found.number > seen:
+            if found is not None:  # numbered above `seen`: the probe's contract
                 _seen[session] = found.number
                 if found.requested_at >= self.admitted_ms:
                     log.info(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncGenerator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Final
 
 import attrs
@@ -75,14 +75,8 @@ class Watch:
         _seconds("stream_flush_seconds", self.stream_flush_seconds)
 
 
-class _Unwatched(AbstractAsyncContextManager[None]):
-    """What `Guard.watching` gives when no limit is in force."""
-
-    async def __aexit__(self, *_: object) -> None:
-        return None
-
-
-_UNWATCHED: Final = _Unwatched()
+_UNWATCHED: Final = nullcontext()
+"""What `Guard.watching` gives when no limit is in force."""
 
 
 @attrs.define(eq=False)
