@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from turnkeep import Host, SessionEvent, derive_messages
 from turnkeep.agent import encode_messages
@@ -223,15 +223,30 @@ class _Follower:
 
     def __init__(self) -> None:
         self.history = History()
+        self.given: list[tuple[Sequence[Message], bytes]] = []
 
     def read(self, log: list[SessionEvent]) -> bytes:
         if not self.history.follows(log):
             self.history = History()
-        return encode_messages(self.history.messages(log))
+        view = self.history.messages(log)
+        encoded = encode_messages(view)
+        self.given.append((view, encoded))
+        return encoded
+
+    def unchanged(self) -> bool:
+        """Every history handed out still shows what it showed then."""
+        return all(encode_messages(view) == then for view, then in self.given)
 
 
 @settings(max_examples=300, deadline=None)
 @given(operations)
+@example(  # a result after its call closed, read before and after it came
+    [
+        ([(ToolCall, ToolCallData(call_id="a", name="t", arguments={}))], "append", 1),
+        ([(UserMessage, UserMessageData(text="next"))], "append", 1),
+        ([(ToolResult, ToolResultData(call_id="a", output="o"))], "append", 1),
+    ]
+)
 def test_incremental_history_equals_a_whole_log_derivation(
     ops: list[tuple[list[tuple[type[SessionEvent], Any]], str, int]],
 ) -> None:
@@ -252,6 +267,8 @@ def test_incremental_history_equals_a_whole_log_derivation(
     assert follower.read(log) == encode_messages(reference_messages(log))
     # One pass of `History` is the library's whole-log derivation.
     assert encode_messages(derive_messages(log)) == follower.read(log)
+    # A model may keep what it was given: later events never change it.
+    assert follower.unchanged(), ops
 
 
 def test_a_result_after_the_call_closed_replaces_its_placeholder() -> None:
@@ -270,6 +287,24 @@ def test_a_result_after_the_call_closed_replaces_its_placeholder() -> None:
     after = history.messages(log)
     assert (after[1].status, after[1].content) == ("ok", "done")
     assert encode_messages(after) == encode_messages(reference_messages(log))
+    # The history given before the result still shows the placeholder.
+    assert before[1].status == "interrupted"
+
+
+def test_a_read_copies_nothing_it_read_before() -> None:
+    log: list[SessionEvent] = []
+    history = History()
+    for seq in range(1000):
+        log.append(UserMessage(seq=seq, time=seq, data=UserMessageData(text="x")))
+    first = history.messages(log)
+    reply = AssistantMessageData(text="y")
+    log.append(AssistantMessage(seq=1000, time=1000, data=reply))
+    second = history.messages(log)
+    # Both show the one list of settled messages (a copy would cost O(log));
+    # the open assistant message is the only entry the second read made.
+    assert first._settled is second._settled  # pyright: ignore[reportAttributeAccessIssue, reportPrivateUsage]
+    assert (len(first), len(second)) == (1000, 1001)
+    assert second[-1] == Message(role="assistant", content="y")
 
 
 def test_each_read_only_visits_the_new_events() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 from typing import Final
 
+from turnkeep.agent.historyview import HistoryView
 from turnkeep.agent.messages import History, Message
 from turnkeep.session import Session
 
@@ -22,11 +23,12 @@ __all__ = ["History", "history_of"]
 _histories: Final = weakref.WeakKeyDictionary[Session, History]()
 
 
-def history_of(session: Session) -> tuple[Message, ...]:
+def history_of(session: Session) -> HistoryView[Message]:
     """Return the model history of a live session (incrementally maintained).
 
     Equal to `derive_messages(session.events)`; each call reads only the
-    events appended since the previous call for the same session.
+    events appended since the previous call for the same session, and
+    copies nothing of what it read before (see `HistoryView`).
     """
     log = session.events
     history = _histories.get(session)

@@ -39,6 +39,7 @@ import attrs
 import msgspec
 
 from turnkeep._deprecated import renamed
+from turnkeep.agent.historyview import HistoryView
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
@@ -147,16 +148,19 @@ class History:
     _open_calls: list[ToolCall] = attrs.field(factory=list[ToolCall], init=False)
     _read: int = attrs.field(default=0, init=False)
     _last: SessionEvent | None = attrs.field(default=None, init=False)
+    # Whether a `HistoryView` may show `_messages` (then it is only appended to).
+    _shared: bool = attrs.field(default=False, init=False)
 
     def follows(self, log: Sequence[SessionEvent]) -> bool:
         """Whether `log` continues the log this history has read so far."""
         read = self._read
         return read == 0 or (len(log) >= read and log[read - 1] is self._last)
 
-    def messages(self, log: Sequence[SessionEvent]) -> tuple[Message, ...]:
+    def messages(self, log: Sequence[SessionEvent]) -> HistoryView[Message]:
         """Return the history of `log`, reading only what is new since last time.
 
-        `log` must continue the log read so far (`follows`).
+        `log` must continue the log read so far (`follows`). The result is a
+        view (`HistoryView`): it costs the same whatever the history's length.
         """
         for index in range(self._read, len(log)):
             self._add(log[index])
@@ -164,15 +168,12 @@ class History:
             self._read = len(log)
             self._last = log[-1]
         done = self._messages
+        self._shared = True
         if self._open_text is None:
-            return tuple(done)
-        # The open message is rendered onto the list and taken off again,
-        # so the history is copied once, whatever its length.
-        settled = len(done)
-        self._render_open(done, commit=False)
-        out = tuple(done)
-        del done[settled:]
-        return out
+            return HistoryView(done, len(done))
+        tail: list[Message] = []
+        self._render_open(tail, commit=False)
+        return HistoryView(done, len(done), tuple(tail))
 
     def _add(self, event: SessionEvent) -> None:
         if type(event) in _UNSEEN:
@@ -205,6 +206,9 @@ class History:
                 self._results[call_id] = event
                 index = self._waiting.pop(call_id, None)
                 if index is not None:
+                    if self._shared:  # views show the list: rewrite a copy
+                        self._messages = list(self._messages)
+                        self._shared = False
                     self._messages[index] = _answer(call_id, event)
 
     def _close(self) -> None:
@@ -300,6 +304,8 @@ def _answer(call_id: str, result: ToolResult) -> Message:
 
 def encode_messages(messages: Sequence[Message]) -> bytes:
     """Return the canonical JSON of a history (for byte-for-byte comparison)."""
+    if not isinstance(messages, (list, tuple)):
+        messages = list(messages)  # a `HistoryView`: msgspec encodes lists
     return _encoder.encode(messages)
 
 

@@ -100,14 +100,17 @@ class ModelRequest:
     """One model call.
 
     Attributes:
-        messages: the history derived from the session's log.
+        messages: the history derived from the session's log. The loop
+            passes a `turnkeep.agent.historyview.HistoryView`: an immutable
+            sequence that costs the same whatever the history's length
+            (`tuple(request.messages)` copies it, if a model needs a tuple).
         tools: the tools the model may call.
         instructions: the agent's standing instructions (a system prompt).
         session_id: the session, for adapters that tag requests.
         turn: the turn number.
     """
 
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
     instructions: str | None = None
     session_id: str = ""

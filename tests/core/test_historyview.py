@@ -1,0 +1,52 @@
+"""`HistoryView` behaves as an immutable sequence of messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnkeep.agent.historyview import HistoryView
+from turnkeep.agent.messages import Message, encode_messages
+
+
+def _m(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def test_a_view_shows_its_count_of_the_list_then_its_tail() -> None:
+    settled = [_m("a"), _m("b")]
+    view = HistoryView(settled, 2, (_m("t"),))
+    settled.append(_m("later"))  # the history goes on appending
+    assert list(view) == [_m("a"), _m("b"), _m("t")]
+    assert len(view) == 3
+    assert (view[0], view[2]) == (_m("a"), _m("t"))
+    assert (view[-1], view[-3]) == (_m("t"), _m("a"))
+    assert list(reversed(view)) == [_m("t"), _m("b"), _m("a")]
+    assert view[1:] == (_m("b"), _m("t"))
+    assert view.index(_m("b")) == 1
+    assert _m("later") not in view
+    assert view.count(_m("a")) == 1
+
+
+@pytest.mark.parametrize("index", [3, -4, 10])
+def test_an_index_outside_the_view_raises_index_error(index: int) -> None:
+    view = HistoryView([_m("a"), _m("b"), _m("c")], 2, (_m("t"),))
+    with pytest.raises(IndexError):
+        view[index]
+
+
+def test_a_view_equals_any_sequence_of_the_same_messages() -> None:
+    view = HistoryView([_m("a"), _m("b")], 1, (_m("t"),))
+    assert view == (_m("a"), _m("t"))
+    assert (_m("a"), _m("t")) == view
+    assert [_m("a"), _m("t")] == view
+    assert view == HistoryView([_m("a")], 1, (_m("t"),))
+    assert view != (_m("a"),)
+    assert view != (_m("a"), _m("b"))
+    assert view != "at"
+    assert hash(view) == hash((_m("a"), _m("t")))
+
+
+def test_a_view_encodes_as_its_messages() -> None:
+    view = HistoryView([_m("a"), _m("b")], 2)
+    assert encode_messages(view) == encode_messages((_m("a"), _m("b")))
+    assert repr(view).startswith("HistoryView([")
