@@ -142,3 +142,27 @@ async def test_titles_come_from_the_redacted_message() -> None:
         assert token[:12] not in summary.title
         assert token[:12] not in summary.first_prompt
         assert "[REDACTED" in summary.first_prompt
+
+
+@pytest.mark.asyncio
+async def test_a_tool_that_changes_its_arguments_leaves_the_logged_call_alone(
+    host: Host,
+) -> None:
+    @function_tool(name="edit")
+    async def edit(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        options: Any = arguments["options"]
+        options["depth"] = 99
+        options["paths"].append("/etc")
+        arguments["extra"] = True  # pyright: ignore[reportIndexIssue]
+        return "edited"
+
+    given = {"options": {"depth": 1, "paths": ["/a"]}, "n": 2.5, "flag": None}
+    model = ScriptedModel([Reply("editing", (ScriptedCall("edit", given),)), "done"])
+    loop = AgentLoop.create("a", host=host, model=model, tools=[edit])
+    await loop.run_turn("edit it")
+    calls = [
+        e for e in host.sessions.get(loop.session_id).events if e.type == "tool/call"
+    ]
+    assert [c.data.arguments for c in calls] == [  # pyright: ignore[reportAttributeAccessIssue]
+        {"options": {"depth": 1, "paths": ["/a"]}, "n": 2.5, "flag": None}
+    ]

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar, cast
+from typing import Final, TypeVar
 
 import attrs
 from msgspec.structs import replace
@@ -425,7 +424,7 @@ class TurnRunner:
             # A copy: a tool that mutates its arguments must not change the
             # logged call under the log's feet.
             async with self.guard.watching(f"the tool {data.name!r}"):
-                output = await tool.run(copy.deepcopy(data.arguments), context)
+                output = await tool.run(_tools.fresh_arguments(data.arguments), context)
             if not isinstance(output, str):  # pyright: ignore[reportUnnecessaryIsInstance]
                 output = f"the tool returned {type(output).__name__}, not text"
                 status = "error"
@@ -472,7 +471,7 @@ class TurnRunner:
 
     def _emit(self, kind: type[E], data: object) -> E:
         # The payload names its event type; `kind` only types the result.
-        event = cast(E, self.session.append(data))
+        event: E = self.running.session.append(data)  # pyright: ignore[reportAssignmentType]
         self.meter.appended(event)
         self.guard.activity()
         for sink in self.running.sinks:

@@ -19,10 +19,11 @@ idempotency key.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, cast, runtime_checkable
 
 import attrs
 import msgspec
@@ -36,6 +37,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolSpec",
+    "fresh_arguments",
     "function_tool",
     "int_argument",
     "may_rerun",
@@ -150,6 +152,25 @@ def unknown_policy(tool: object, arguments: Mapping[str, Any]) -> UnknownPolicy:
     if callable(declared):
         declared = declared(arguments)
     return "block" if declared == "block" else "report"
+
+
+def fresh_arguments(value: object) -> Any:
+    """A deep copy of a call's arguments, for the tool to own.
+
+    What the log accepted as arguments is JSON (see `turnkeep.lossless`):
+    plain dicts and lists are rebuilt and immutable scalars shared, several
+    times faster than `copy.deepcopy`; anything else (a dict subclass, an
+    enum) goes to `copy.deepcopy`.
+    """
+    kind = type(value)
+    if kind is dict:
+        items = cast("dict[object, object]", value).items()
+        return {key: fresh_arguments(item) for key, item in items}
+    if kind is list:
+        return [fresh_arguments(item) for item in cast("list[object]", value)]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def tool_spec(tool: Tool) -> ToolSpec:
