@@ -50,3 +50,21 @@ def test_a_view_encodes_as_its_messages() -> None:
     view = HistoryView([_m("a"), _m("b")], 2)
     assert encode_messages(view) == encode_messages((_m("a"), _m("b")))
     assert repr(view).startswith("HistoryView([")
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        slice(None),
+        slice(1, None),
+        slice(None, -1),
+        slice(None, None, -1),
+        slice(0, 3, 2),
+        slice(5, 9),
+    ],
+)
+def test_a_slice_of_a_view_is_the_tuple_of_the_same_slice(part: slice) -> None:
+    whole = (_m("a"), _m("b"), _m("t"))
+    view = HistoryView([_m("a"), _m("b"), _m("later")], 2, (_m("t"),))
+    assert view[part] == whole[part]
+    assert type(view[part]) is tuple

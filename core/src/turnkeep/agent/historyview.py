@@ -52,7 +52,7 @@ class HistoryView(Sequence[T]):
 
     def __getitem__(self, index: int | slice) -> T | tuple[T, ...]:
         if isinstance(index, slice):
-            return tuple(self)[index]
+            return tuple(self[i] for i in range(*index.indices(len(self))))
         count = self._count
         size = count + len(self._tail)
         if index < 0:

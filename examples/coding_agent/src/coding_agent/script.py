@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import Final
 
 from turnkeep.agent.messages import Message
@@ -56,7 +57,7 @@ def _test_command() -> str:
 
 
 def _last_call(
-    messages: tuple[Message, ...],
+    messages: Sequence[Message],
 ) -> tuple[str | None, dict[str, object], Message | None]:
     """The last tool call since the user's last message, and its result."""
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
@@ -76,7 +77,7 @@ def _last_call(
     return None, {}, None
 
 
-def _resolution(messages: tuple[Message, ...]) -> str | None:
+def _resolution(messages: Sequence[Message]) -> str | None:
     """The `[resolved]` note said about the last call before the user's message."""
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     for message in reversed(messages[:last_user]):
