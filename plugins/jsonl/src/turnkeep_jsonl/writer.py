@@ -19,7 +19,6 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-import attrs
 import msgspec
 
 from turnkeep.backendkit import count_turn_ends, outcome_unknown
@@ -264,7 +263,7 @@ def append(
     """
     ops = store.ops
     now = handle.state
-    state = attrs.evolve(now)
+    state = now.copy()
     said = _said(summary)
     data = flush_bytes(state, records, said=said, said_at=_pointer(handle, said))
     try:
