@@ -181,6 +181,7 @@ def summary(results: dict[str, Any]) -> str:
                 f"{_fmt_ratio(r['sqlite'][key], goal)} |"
             )
         lines.append("")
+    lines += _long(results.get("bench_long"))
     lines += _langgraph(results.get("bench_langgraph"))
     m = results["machine"]
     disk = m["disk"]
@@ -199,6 +200,32 @@ def summary(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _long(long: dict[str, Any] | None) -> list[str]:
+    """The long-session table (`bench_long`), if it ran."""
+    if long is None:
+        return []
+    labels = {
+        "memory": "turnkeep memory, `AgentLoop.run_turn`",
+        "jsonl": "turnkeep JSONL, `AgentLoop.run_turn`",
+        "raw": "raw write + fsync behind the hop, the same turn",
+    }
+    blocks, ratios = long["us_per_turn_by_block"], long["last_over_first"]
+    lines = [
+        f"One session of {long['turns']:,} turns, in lockstep; the median turn "
+        f"of the first and the last block of {long['block']:,}.",
+        "",
+        "| contestant | first block, µs | last block, µs | last / first |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for key, label in labels.items():
+        lines.append(
+            f"| {label} | {blocks[key][0]:,.0f} | {blocks[key][-1]:,.0f} | "
+            f"{ratios[key]:.2f} |"
+        )
+    lines.append("")
+    return lines
 
 
 def _langgraph(lg: dict[str, Any] | None) -> list[str]:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from benchmarks import bench_long
+from benchmarks import bench_long, results as results_file
 
 
 def test_every_block_is_measured_for_each_contestant(
@@ -22,3 +22,22 @@ def test_every_block_is_measured_for_each_contestant(
     printed = capsys.readouterr().out
     assert "turnkeep JSONL, AgentLoop.run_turn" in printed
     assert "last/first" in printed
+
+
+def test_the_summary_shows_the_first_and_last_block() -> None:
+    long = {
+        "turns": 2000,
+        "block": 1000,
+        "us_per_turn_by_block": {
+            "memory": [300.0, 330.0],
+            "jsonl": [900.0, 990.0],
+            "raw": [500.0, 450.0],
+        },
+        "last_over_first": {"memory": 1.1, "jsonl": 1.1, "raw": 0.9},
+    }
+    text = results_file.summary({"machine": results_file.machine(), "bench_long": long})
+    assert "One session of 2,000 turns" in text
+    assert "| turnkeep JSONL, `AgentLoop.run_turn` | 900 | 990 | 1.10 |" in text
+    assert (
+        "| raw write + fsync behind the hop, the same turn | 500 | 450 | 0.90 |" in text
+    )
