@@ -118,6 +118,9 @@ def direct_caller(
     if not FAST_PATH:
         return caller
     hook_impls = live_impls(pm, hook_name)
+    # The last implementation found to be plain (positional arguments, no
+    # wrapper), so that each call only checks it is still the only one.
+    plain: list[HookImpl | None] = [None]
 
     def call(session: object, event: object) -> list[object]:
         # Read per call: hook-call monitoring and tracing replace it.
@@ -126,9 +129,12 @@ def direct_caller(
             # One plain implementation (the write-behind, usually): what the
             # executor would do for it, without its generic loop.
             impl = hook_impls[0]
-            if impl.argnames == SESSION_EVENT_ARGS and not (
-                impl.wrapper or impl.hookwrapper
+            if impl is not plain[0] and (
+                impl.argnames == SESSION_EVENT_ARGS
+                and not (impl.wrapper or impl.hookwrapper)
             ):
+                plain[0] = impl
+            if impl is plain[0]:
                 result = impl.function(session, event)
                 return [] if result is None else [result]
         results = hookexec(
