@@ -212,17 +212,19 @@ def _long(long: dict[str, Any] | None) -> list[str]:
         "raw": "raw write + fsync behind the hop, the same turn",
     }
     blocks, ratios = long["us_per_turn_by_block"], long["last_over_first"]
+    drift = long["over_raw_drift"]
     lines = [
         f"One session of {long['turns']:,} turns, in lockstep; the median turn "
-        f"of the first and the last block of {long['block']:,}.",
+        f"of the first and the last block of {long['block']:,}, and last / first "
+        "divided by raw's (the machine's own drift over the run taken out).",
         "",
-        "| contestant | first block, µs | last block, µs | last / first |",
-        "| --- | ---: | ---: | ---: |",
+        "| contestant | first block, µs | last block, µs | last / first | / raw's |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
     for key, label in labels.items():
         lines.append(
             f"| {label} | {blocks[key][0]:,.0f} | {blocks[key][-1]:,.0f} | "
-            f"{ratios[key]:.2f} |"
+            f"{ratios[key]:.2f} | {drift[key]:.2f} |"
         )
     lines.append("")
     return lines

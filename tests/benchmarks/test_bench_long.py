@@ -17,7 +17,9 @@ def test_every_block_is_measured_for_each_contestant(
     blocks = results["us_per_turn_by_block"]
     assert set(blocks) == {"memory", "jsonl", "raw"}
     assert all(len(b) == 2 and all(us > 0 for us in b) for b in blocks.values())
-    assert results["last_over_first"]["raw"] == blocks["raw"][1] / blocks["raw"][0]
+    ratios = results["last_over_first"]
+    assert ratios["raw"] == blocks["raw"][1] / blocks["raw"][0]
+    assert results["over_raw_drift"]["jsonl"] == ratios["jsonl"] / ratios["raw"]
     bench_long.report(results)
     printed = capsys.readouterr().out
     assert "turnkeep JSONL, AgentLoop.run_turn" in printed
@@ -34,10 +36,11 @@ def test_the_summary_shows_the_first_and_last_block() -> None:
             "raw": [500.0, 450.0],
         },
         "last_over_first": {"memory": 1.1, "jsonl": 1.1, "raw": 0.9},
+        "over_raw_drift": {"memory": 1.22, "jsonl": 1.22, "raw": 1.0},
     }
     text = results_file.summary({"machine": results_file.machine(), "bench_long": long})
     assert "One session of 2,000 turns" in text
-    assert "| turnkeep JSONL, `AgentLoop.run_turn` | 900 | 990 | 1.10 |" in text
+    assert "| turnkeep JSONL, `AgentLoop.run_turn` | 900 | 990 | 1.10 | 1.22 |" in text
     assert (
         "| raw write + fsync behind the hop, the same turn | 500 | 450 | 0.90 |" in text
     )
