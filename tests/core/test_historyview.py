@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 from turnkeep.agent.historyview import HistoryView
@@ -61,6 +64,11 @@ def test_a_view_encodes_as_its_messages() -> None:
         slice(None, None, -1),
         slice(0, 3, 2),
         slice(5, 9),
+        slice(2, 3),
+        slice(1, 2),
+        slice(0, 0),
+        slice(-2, None),
+        slice(3, 1),
     ],
 )
 def test_a_slice_of_a_view_is_the_tuple_of_the_same_slice(part: slice) -> None:
@@ -68,3 +76,24 @@ def test_a_slice_of_a_view_is_the_tuple_of_the_same_slice(part: slice) -> None:
     view = HistoryView([_m("a"), _m("b"), _m("later")], 2, (_m("t"),))
     assert view[part] == whole[part]
     assert type(view[part]) is tuple
+
+
+def test_a_view_adds_to_a_tuple_as_the_tuple_it_replaces() -> None:
+    view = HistoryView([_m("a"), _m("later")], 1, (_m("t"),))
+    # `+` itself is what is tested here (code written for the tuple uses it).
+    assert view + (_m("u"),) == (_m("a"), _m("t"), _m("u"))  # noqa: RUF005
+    assert (_m("u"),) + view == (_m("u"), _m("a"), _m("t"))  # noqa: RUF005
+    assert view + view == (_m("a"), _m("t"), _m("a"), _m("t"))
+    assert type(view + (_m("u"),)) is tuple  # noqa: RUF005
+    with pytest.raises(TypeError):
+        view + [_m("u")]  # pyright: ignore[reportOperatorIssue, reportUnusedExpression]  # noqa: RUF005
+
+
+def test_a_pickled_or_copied_view_holds_only_what_it_shows() -> None:
+    settled = [_m("a"), _m("later")]
+    view = HistoryView(settled, 1, (_m("t"),))
+    pickled = pickle.loads(pickle.dumps(view))  # noqa: S301 - our own bytes
+    for copied in (pickled, copy.deepcopy(view)):
+        assert copied == view
+        assert len(copied._settled) == 2  # pyright: ignore[reportPrivateUsage]
+        assert _m("later") not in copied._settled  # pyright: ignore[reportPrivateUsage]

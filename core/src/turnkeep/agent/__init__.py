@@ -13,6 +13,7 @@ history. `turnkeep.agent.openai_compat` holds the OpenAI-compatible model
 from __future__ import annotations
 
 from turnkeep.agent.context import RECORDED
+from turnkeep.agent.historyview import HistoryView
 from turnkeep.agent.loop import DEFAULT_MAX_STEPS, AgentLoop
 from turnkeep.agent.messages import (
     HistoryToolCall,
@@ -53,6 +54,7 @@ __all__ = [
     "EchoModel",
     "FunctionTool",
     "HistoryToolCall",
+    "HistoryView",
     "Message",
     "MessageRole",
     "Model",

@@ -6,7 +6,7 @@ preparing a call cost O(session) (at 40,000 turns, two copies of ~160,000
 messages were most of a turn). A view costs O(1): it holds the history's
 list of settled messages and how many of them it shows, plus the few
 messages it shows after them (the open assistant message and its calls'
-answers), so what a model was given never changes afterwards, while the
+answers), so the messages a model was given stay as they were, while the
 history goes on appending to the same list. `turnkeep.agent.messages.History`
 copies its list before it ever rewrites an entry a view may show.
 """
@@ -52,7 +52,14 @@ class HistoryView(Sequence[T]):
 
     def __getitem__(self, index: int | slice) -> T | tuple[T, ...]:
         if isinstance(index, slice):
-            return tuple(self[i] for i in range(*index.indices(len(self))))
+            count = self._count
+            start, stop, step = index.indices(count + len(self._tail))
+            if step != 1:
+                return tuple(self[i] for i in range(start, stop, step))
+            # Forward slices as two C-level slices: one of the list, one of
+            # the tail.
+            head = self._settled[start : max(start, min(stop, count))]
+            return (*head, *self._tail[max(0, start - count) : max(0, stop - count)])
         count = self._count
         size = count + len(self._tail)
         if index < 0:
@@ -80,6 +87,21 @@ class HistoryView(Sequence[T]):
 
     def __hash__(self) -> int:
         return hash(tuple(self))
+
+    def __add__(self, other: Sequence[T]) -> tuple[T, ...]:
+        """`view + (message,)` as with the tuple the loop used to give."""
+        if not isinstance(other, (tuple, HistoryView)):
+            return NotImplemented
+        return (*self, *other)
+
+    def __radd__(self, other: Sequence[T]) -> tuple[T, ...]:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return (*other, *self)
+
+    def __reduce__(self) -> tuple[type[HistoryView[T]], tuple[list[T], int]]:
+        # Pickled (and deep-copied) as what it shows, not the shared list.
+        return (HistoryView, (list(self), len(self)))
 
     def __repr__(self) -> str:
         return f"HistoryView({list(self)!r})"
