@@ -226,6 +226,17 @@ def test_a_session_found_newer_takes_no_appends_and_the_first_finding_wins() -> 
     assert info.value.__cause__ is newer
 
 
+def test_watch_records_a_newer_format_and_re_raises_it() -> None:
+    guard = DamagedSessions()
+    newer = newer_format("n", FORMAT_VERSION + 1)
+    with pytest.raises(UnsupportedFormatError) as raised, guard.watch("n"):
+        raise newer
+    assert raised.value is newer
+    with pytest.raises(UnsupportedFormatError) as info:
+        guard.check("n")
+    assert info.value.__cause__ is newer
+
+
 def test_other_errors_are_not_recorded() -> None:
     guard = DamagedSessions()
     with pytest.raises(StorageError), guard.watch("s"):
