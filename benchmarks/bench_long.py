@@ -34,6 +34,12 @@ FULL = os.environ.get("BENCH_FULL", "") == "1"
 TURNS = int(os.environ.get("BENCH_LONG_TURNS", "20000" if FULL else "5000"))
 BLOCK = 1_000
 """Turns per block; a block's figure is its median turn."""
+LABELS = {
+    "memory": "turnkeep memory, AgentLoop.run_turn",
+    "jsonl": "turnkeep JSONL, AgentLoop.run_turn",
+    "raw": "raw write+fsync (hop), the same turn",
+}
+"""Every contestant: key -> what the report and the summary call it."""
 
 
 async def _timed_turn(agent: AgentLoop, text: str) -> float:
@@ -88,12 +94,7 @@ def report(results: dict[str, Any]) -> None:
         f"T={results['turns']} turns of one session, median turn of each block of "
         f"{results['block']}, in lockstep"
     )
-    labels = {
-        "memory": "turnkeep memory, AgentLoop.run_turn",
-        "jsonl": "turnkeep JSONL, AgentLoop.run_turn",
-        "raw": "raw write+fsync (hop), the same turn",
-    }
-    for key, label in labels.items():
+    for key, label in LABELS.items():
         first, last = blocks[key][0], blocks[key][-1]
         print(
             f"  {label:<38} first {first:7.0f} us  last {last:7.0f} us  "

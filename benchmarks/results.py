@@ -206,11 +206,8 @@ def _long(long: dict[str, Any] | None) -> list[str]:
     """The long-session table (`bench_long`), if it ran."""
     if long is None:
         return []
-    labels = {
-        "memory": "turnkeep memory, `AgentLoop.run_turn`",
-        "jsonl": "turnkeep JSONL, `AgentLoop.run_turn`",
-        "raw": "raw write + fsync behind the hop, the same turn",
-    }
+    from benchmarks.bench_long import LABELS
+
     blocks, ratios = long["us_per_turn_by_block"], long["last_over_first"]
     drift = long["over_raw_drift"]
     lines = [
@@ -221,7 +218,7 @@ def _long(long: dict[str, Any] | None) -> list[str]:
         "| contestant | first block, µs | last block, µs | last / first | / raw's |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for key, label in labels.items():
+    for key, label in LABELS.items():
         lines.append(
             f"| {label} | {blocks[key][0]:,.0f} | {blocks[key][-1]:,.0f} | "
             f"{ratios[key]:.2f} | {drift[key]:.2f} |"

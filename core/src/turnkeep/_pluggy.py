@@ -120,21 +120,22 @@ def direct_caller(
     hook_impls = live_impls(pm, hook_name)
     # The last implementation found to be plain (positional arguments, no
     # wrapper), so that each call only checks it is still the only one.
-    plain: list[HookImpl | None] = [None]
+    plain: HookImpl | None = None
 
     def call(session: object, event: object) -> list[object]:
+        nonlocal plain
         # Read per call: hook-call monitoring and tracing replace it.
         hookexec = pm._inner_hookexec  # pyright: ignore[reportPrivateUsage]
         if hookexec is _MULTICALL and len(hook_impls) == 1:
             # One plain implementation (the write-behind, usually): what the
             # executor would do for it, without its generic loop.
             impl = hook_impls[0]
-            if impl is not plain[0] and (
+            if impl is not plain and (
                 impl.argnames == SESSION_EVENT_ARGS
                 and not (impl.wrapper or impl.hookwrapper)
             ):
-                plain[0] = impl
-            if impl is plain[0]:
+                plain = impl
+            if impl is plain:
                 result = impl.function(session, event)
                 return [] if result is None else [result]
         results = hookexec(

@@ -67,9 +67,7 @@ def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E
         RedactionError: an implementation raised or broke its contract.
     """
     current = event
-    # A copy (hooks may be (un)registered meanwhile), but none for the usual
-    # one implementation.
-    for impl in (impls[0],) if len(impls) == 1 else impls[::-1]:
+    for impl in impls[::-1]:  # a copy: hooks may be (un)registered meanwhile
         try:
             if impl.argnames == SESSION_EVENT_ARGS:  # no kwargs to build
                 result = cast(object, impl.function(session, current))
