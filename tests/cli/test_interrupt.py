@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -118,6 +120,18 @@ def test_ctrl_c_while_a_command_works_stores_nothing(
     assert b'"cut"' not in listed.stdout
 
 
+def sleeping_in_read(pid: int) -> bool:
+    """Whether `pid` sleeps in a read of a pipe (where the wchan is known)."""
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    if stat.rsplit(b")", 1)[1].split()[0] != b"S":
+        return False
+    wchan = Path(f"/proc/{pid}/wchan").read_text()
+    return wchan in ("", "0") or "pipe_read" in wchan
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads the process's /proc entry"
+)
 def test_ctrl_c_while_reading_the_input(workdir: Path, tmp_path: Path) -> None:
     """Outside the command's event loop: click would say "Aborted!", status 1."""
     fifo = tmp_path / "input.fifo"
@@ -131,9 +145,20 @@ def test_ctrl_c_while_reading_the_input(workdir: Path, tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    # Opening the writing end returns once the command opened the reading
-    # end: from then on it is waiting for input (nothing is ever written).
-    with fifo.open("wb"):
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
+    try:
+        # Opening the writing end returns once the command opened the reading
+        # end; nothing is ever written. The signal waits until the command
+        # sleeps in its read: one that lands after Python's last check for
+        # signals but before the read begins is only seen when the read
+        # returns, which would be never (a person presses Ctrl-C again).
+        with fifo.open("wb"):
+            while not sleeping_in_read(proc.pid):
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert_interrupted(proc.returncode, stderr.decode())
