@@ -384,7 +384,12 @@ async def test_no_descriptor_is_left_after_many_waits(open_backend: Open) -> Non
         assert last == seq
     for _ in range(20):  # cancelled while waiting
         task = asyncio.ensure_future(follower.wait_for_commit(sid, 13, 30.0))
-        await asyncio.sleep(0.01)
+        # It watches once two hops to the backend's thread are done: a busy
+        # machine takes more than a moment for them.
+        for _ in range(1000):
+            await asyncio.sleep(0.01)
+            if _open_fds() > before or task.done():
+                break
         assert _open_fds() > before, "the waiting follower watches nothing"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
