@@ -12,9 +12,16 @@ import pytest
 from tests.conftest import make_config
 
 from turnkeep import AgentLoop, Host, ToolContext, function_tool, hookimpl
-from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
+from turnkeep.agent.models import (
+    ModelInfo,
+    ModelOutput,
+    ModelRequest,
+    ModelToolCall,
+    TextDelta,
+)
 from turnkeep.agent.recovery import pairing_problems
 from turnkeep.errors import StorageError, TurnInProgressError
+from turnkeep.events import ToolCall
 from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import (
@@ -142,6 +149,49 @@ async def test_titles_come_from_the_redacted_message() -> None:
         assert token[:12] not in summary.title
         assert token[:12] not in summary.first_prompt
         assert "[REDACTED" in summary.first_prompt
+
+
+class _EditingModel:
+    """Asks for one call, then changes the arguments its history shows."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def describe(self) -> ModelInfo:
+        return ModelInfo(name="editing", provider="test")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        self.calls += 1
+        for message in request.messages:
+            for call in message.tool_calls:
+                call.arguments["options"]["paths"].append("/etc")
+                call.arguments["added"] = self.calls
+        if self.calls == 1:
+            yield ModelToolCall("look", {"options": {"paths": ["/a"]}})
+        else:
+            yield TextDelta("done")
+
+
+@pytest.mark.asyncio
+async def test_a_model_that_changes_its_history_leaves_the_logged_call_alone(
+    host: Host,
+) -> None:
+    @function_tool(name="look", replay="safe")
+    async def look(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        return "seen"
+
+    model = _EditingModel()
+    loop = AgentLoop.create("a", host=host, model=model, tools=[look])
+    await loop.run_turn("look")  # the second call sees the open call
+    await loop.run_turn("again")  # this one sees it settled in the history
+    assert model.calls == 3
+    session = host.sessions.get(loop.session_id)
+    calls = [e for e in session.events if isinstance(e, ToolCall)]
+    assert [c.data.arguments for c in calls] == [{"options": {"paths": ["/a"]}}]
+    await host.sessions.close(loop.session_id)
+    resumed = await host.sessions.resume(loop.session_id)
+    stored = [e for e in resumed.events if isinstance(e, ToolCall)]
+    assert [c.data.arguments for c in stored] == [{"options": {"paths": ["/a"]}}]
 
 
 @pytest.mark.asyncio

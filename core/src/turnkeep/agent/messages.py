@@ -40,6 +40,7 @@ import msgspec
 
 from turnkeep._deprecated import renamed
 from turnkeep.agent.historyview import HistoryView
+from turnkeep.agent.tools import fresh_arguments
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
@@ -239,7 +240,10 @@ class History:
                 partial=partial,
                 tool_calls=tuple(
                     HistoryToolCall(
-                        id=c.data.call_id, name=c.data.name, arguments=c.data.arguments
+                        id=c.data.call_id,
+                        name=c.data.name,
+                        # The model's to read, or change: never the log's own.
+                        arguments=fresh_arguments(c.data.arguments),
                     )
                     for c in calls
                 ),
