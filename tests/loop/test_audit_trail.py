@@ -169,10 +169,14 @@ class _BrokenDriver(MemoryPersistence):
         raise RuntimeError("driver lost its connection")
 
 
+@attrs.define(eq=False)
 class _SlowTrail(MemoryPersistence):
     """Its audit store never answers (a caller gives up and cancels)."""
 
+    recording: asyncio.Event = attrs.field(factory=asyncio.Event)
+
     async def record_audit(self, scope: str | None, record: AuditRecord) -> AuditRecord:
+        self.recording.set()
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
@@ -219,9 +223,12 @@ async def test_a_record_cancelled_after_the_takeover_leaves_the_session_live() -
         session = old.sessions.create("s")
         session.append(UserMessageData(text="x"))
         await session.flush()
-        async with _host_on(_SlowTrail(shared.storage)) as new:
+        trail = _SlowTrail(shared.storage)
+        async with _host_on(trail) as new:
             resuming = asyncio.ensure_future(new.sessions.resume("s", steal=True))
-            await asyncio.sleep(0.05)
+            # Cancelled while it records the takeover, however long it took
+            # to get there.
+            await asyncio.wait_for(trail.recording.wait(), 30)
             resuming.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await resuming

@@ -173,12 +173,24 @@ async def test_a_turn_shorter_than_a_poll_asks_the_store_nothing() -> None:
         await turn
     await asyncio.sleep(0.15)  # past the timers the turns armed
     assert _CountingProbe.probes == 0
-    # A turn that outlives a poll is probed, every poll.
-    turn = asyncio.create_task(asyncio.sleep(0.2))
+    # A turn that outlives a poll is probed, every poll: this one runs until
+    # its third probe (a busy machine may be slow to get there, never fast).
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    turn = asyncio.create_task(_probed(3))
     running = Running(session=_FakeSession(), task=turn)  # type: ignore[arg-type]
     remotecancel.watch(_FakeHost(backend), running, interval=0.05)  # type: ignore[arg-type]
     await turn
-    assert 2 <= _CountingProbe.probes <= 5
+    assert loop.time() - started >= 0.14  # a poll apart each, not a busy loop
+
+
+async def _probed(times: int) -> None:
+    """A turn that runs until probed `times` times, or fails after 10 s."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while _CountingProbe.probes < times:
+        now = asyncio.get_running_loop().time()
+        assert now < deadline, f"probed {_CountingProbe.probes} times in 10 s"
+        await asyncio.sleep(0.01)
 
 
 @attrs.define

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,10 +21,46 @@ from tests.cli.support import Store, converse
 
 from turnkeep.config import ServeConfig
 from turnkeep.events import UserMessageData
-from turnkeep.serve import create_app
+from turnkeep.serve import create_app, follow
 from turnkeep.serve.follow import Tails
 
 pytestmark = pytest.mark.asyncio
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for `condition`: up to 30 s, as CI's busy machine can take seconds."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Readers:
+    """Counts the tails' waits for a commit.
+
+    A tail's reader reads where the log ends, then waits: a commit from then
+    on reaches its subscribers, one before it would not.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.waits = 0
+        real = follow.wait_for_commit
+
+        async def counted(*args: Any, **kwargs: Any) -> int:
+            self.waits += 1
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(follow, "wait_for_commit", counted)
+
+    async def waiting(self) -> None:
+        """Until a reader waits for the next commit."""
+        await until(lambda: self.waits > 0, "a tail's reader to wait for a commit")
+
+
+@pytest.fixture
+def readers(monkeypatch: pytest.MonkeyPatch) -> Readers:
+    return Readers(monkeypatch)
 
 
 def free_port() -> int:
@@ -150,7 +186,7 @@ async def test_a_bad_last_event_id_is_400(sqlite_store: Store) -> None:
 
 
 async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
-    sqlite_store: Store,
+    sqlite_store: Store, readers: Readers
 ) -> None:
     await converse(sqlite_store, "s-one", prompts=("first",))
     async with sqlite_store.host() as host:
@@ -167,7 +203,7 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
                 got.extend(seq for seq, _ in items)
 
         reader = asyncio.create_task(drain())
-        await asyncio.sleep(0.1)
+        await readers.waiting()
         async with sqlite_store.host() as writer:
             from turnkeep import AgentLoop
             from turnkeep.testing import ScriptedModel
@@ -184,10 +220,7 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
             await loop.close()
         total = len((await sqlite_store.load("s-one")).events)
         assert total - before > 2  # more than the queue holds
-        for _ in range(500):
-            if len(got) >= total - before:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(got) >= total - before, "the fast subscriber")
         reader.cancel()
         assert got == list(range(before, total))
         assert slow.dropped
@@ -197,7 +230,7 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
 
 
 async def test_a_commit_in_this_process_wakes_its_followers_at_once(
-    sqlite_store: Store,
+    sqlite_store: Store, readers: Readers
 ) -> None:
     # Polling every 30 s: only the session_committed hook can deliver in time.
     async with sqlite_store.host() as host:
@@ -208,10 +241,11 @@ async def test_a_commit_in_this_process_wakes_its_followers_at_once(
             session.append(UserMessageData(text="first"))
             await session.flush()
             sub = tails.subscribe("s-here")
-            await asyncio.sleep(0.2)  # its reader has read the end
+            await readers.waiting()
             session.append(UserMessageData(text="second"))
             await session.flush()
-            taken = await asyncio.wait_for(sub.take(10), 5)
+            # Well under the 30 s poll, with room for a busy machine.
+            taken = await asyncio.wait_for(sub.take(10), 10)
             assert taken is not None
             ((seq, raw),) = taken
             assert seq == 1
@@ -220,7 +254,7 @@ async def test_a_commit_in_this_process_wakes_its_followers_at_once(
 
 
 async def test_a_stream_that_falls_behind_ends_with_dropped(
-    sqlite_store: Store,
+    sqlite_store: Store, readers: Readers
 ) -> None:
     await converse(sqlite_store, "s-one", prompts=("first",))
     async with sqlite_store.host() as host:
@@ -231,7 +265,8 @@ async def test_a_stream_that_falls_behind_ends_with_dropped(
             assert api.guard.budgets.open_stream("addr:test")
             stream = api._committed("s-one", len(last) - 1, "addr:test")
             first = asyncio.create_task(anext(stream))
-            await asyncio.sleep(0.2)  # subscribed, waiting
+            await readers.waiting()  # subscribed, and its reader at the end
+            (sub,) = api.tails._tails["s-one"].subscribers
             async with sqlite_store.host() as writer:
                 from turnkeep import AgentLoop
                 from turnkeep.testing import ScriptedModel
@@ -247,8 +282,8 @@ async def test_a_stream_that_falls_behind_ends_with_dropped(
                 await loop.run_turn("three")
                 await loop.close()
             chunks = [await asyncio.wait_for(first, 10)]
-            # This client reads nothing more for a while: it falls behind.
-            await asyncio.sleep(0.5)
+            # This client reads nothing more until it fell behind.
+            await until(lambda: sub.dropped, "the client to be dropped")
             async for chunk in stream:
                 chunks.append(chunk)
             assert isinstance(chunks[0], bytes)

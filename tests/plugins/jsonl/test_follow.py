@@ -43,8 +43,13 @@ linux = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="inotify is Linux-only"
 )
 
-_PROMPT = 1.0
-"""A woken follower returns within this: far less than the slowed polls."""
+_PROMPT = 10.0
+"""A woken follower returns within this: far less than the slowed polls.
+
+Well over what a wake takes (milliseconds: a hop to the backend's thread
+and one read), as CI's busy machine can take a second or more for it;
+a follower left to the slowed polls takes `within` (30 s) or more.
+"""
 _SLOW = 60.0
 """Both polling intervals, slowed so that only inotify can wake in time."""
 
