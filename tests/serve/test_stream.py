@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 from tests.cli.support import Store, converse
 
+from turnkeep import follow as core_follow
 from turnkeep.config import ServeConfig
 from turnkeep.events import UserMessageData
 from turnkeep.serve import create_app, follow
@@ -235,7 +236,7 @@ async def test_a_commit_in_this_process_wakes_its_followers_at_once(
     # Polling every 30 s, and the backend's own wait for commits set aside
     # (SQLite's would deliver too): only the session_committed hook can
     # deliver in time.
-    monkeypatch.setattr(follow.follow, "has_commit_waiter", lambda backend: False)
+    monkeypatch.setattr(core_follow, "has_commit_waiter", lambda backend: False)
     async with sqlite_store.host() as host:
         app = create_app(host, ServeConfig(), poll_interval=30.0)
         async with app.router.lifespan_context(app):
