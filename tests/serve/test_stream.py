@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,6 +18,7 @@ import msgspec
 import pytest
 import uvicorn
 from tests.cli.support import Store, converse
+from tests.support.waiting import eventually
 
 from turnkeep import follow as core_follow
 from turnkeep.config import ServeConfig
@@ -26,15 +27,6 @@ from turnkeep.serve import create_app, follow
 from turnkeep.serve.follow import Tails
 
 pytestmark = pytest.mark.asyncio
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for `condition`: up to 30 s, as CI's busy machine can take seconds."""
-    deadline = asyncio.get_running_loop().time() + 30
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Readers:
@@ -56,7 +48,9 @@ class Readers:
 
     async def waiting(self) -> None:
         """Until a reader waits for the next commit."""
-        await until(lambda: self.waits > 0, "a tail's reader to wait for a commit")
+        await eventually(
+            lambda: self.waits > 0, what="a tail's reader to wait for a commit"
+        )
 
 
 @pytest.fixture
@@ -221,7 +215,7 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
             await loop.close()
         total = len((await sqlite_store.load("s-one")).events)
         assert total - before > 2  # more than the queue holds
-        await until(lambda: len(got) >= total - before, "the fast subscriber")
+        await eventually(lambda: len(got) >= total - before, what="the fast subscriber")
         reader.cancel()
         assert got == list(range(before, total))
         assert slow.dropped
@@ -287,7 +281,7 @@ async def test_a_stream_that_falls_behind_ends_with_dropped(
                 await loop.close()
             chunks = [await asyncio.wait_for(first, 10)]
             # This client reads nothing more until it fell behind.
-            await until(lambda: sub.dropped, "the client to be dropped")
+            await eventually(lambda: sub.dropped, what="the client to be dropped")
             async for chunk in stream:
                 chunks.append(chunk)
             assert isinstance(chunks[0], bytes)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from tests.support.waiting import eventually
 
 from support.faultyops import NoSyncFileOps
 from turnkeep.conformance import BackendHarness
@@ -391,10 +392,11 @@ async def test_no_descriptor_is_left_after_many_waits(open_backend: Open) -> Non
         task = asyncio.ensure_future(follower.wait_for_commit(sid, 13, 30.0))
         # It watches once two hops to the backend's thread are done: a busy
         # machine takes more than a moment for them.
-        for _ in range(1000):
-            await asyncio.sleep(0.01)
-            if _open_fds() > before or task.done():
-                break
+        await eventually(
+            lambda t=task: _open_fds() > before or t.done(),
+            what="the follower to watch",
+            within=10.0,
+        )
         assert _open_fds() > before, "the waiting follower watches nothing"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

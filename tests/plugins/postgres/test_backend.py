@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from tests.support.waiting import eventually
 
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.config import Config
@@ -58,17 +58,6 @@ def turn(seq0: int, text: str, *, time: int | None = None) -> list[EventRecord]:
     ]
 
 
-async def wait_for(
-    condition: Callable[[], bool], *, what: str, within: float = 10.0
-) -> None:
-    """Poll `condition` (a database observation) until it holds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)  # yield to the backend's own tasks
-
-
 # -- group commit ----------------------------------------------------------------
 
 
@@ -98,7 +87,9 @@ async def test_flushes_arriving_together_share_one_transaction(
         ).fetchone()
         return row is not None and row[0] == 1
 
-    await wait_for(writer_waits, what="the group to wait on the held row")
+    await eventually(
+        writer_waits, what="the group to wait on the held row", within=10.0
+    )
     assert not any(t.done() for t in tasks), "acknowledged before the commit"
     visible = observer.execute("SELECT count(*) FROM events WHERE seq >= 2").fetchone()
     assert visible == (0,), "part of the group was visible before its commit"
@@ -191,9 +182,10 @@ async def test_a_live_owner_renews_its_lease(
     conn = raw_conn()
     first_deadline = lease_until(conn, "r")
     # Two renewals later the deadline lies beyond the first one's.
-    await wait_for(
+    await eventually(
         lambda: lease_until(conn, "r") > first_deadline + 0.3,
         what="the lease to be renewed",
+        within=10.0,
     )
     with pytest.raises(SessionLockedError):
         await other.claim("r")
@@ -219,7 +211,7 @@ async def test_a_dead_owners_lease_runs_out_and_it_is_fenced(
         row = conn.execute("SELECT extract(epoch FROM now())").fetchone()
         return row is not None and float(row[0]) > deadline
 
-    await wait_for(expired, what="the lease deadline to pass")
+    await eventually(expired, what="the lease deadline to pass", within=10.0)
     await other.claim("d")  # no steal needed once the lease ran out
     await other.append("d", turn(2, "new owner"))
     with pytest.raises(SessionFencedError):
@@ -245,7 +237,7 @@ async def test_an_abandoned_create_is_taken_over_once_its_lease_ran_out(
         row = conn.execute("SELECT extract(epoch FROM now())").fetchone()
         return row is not None and float(row[0]) > deadline
 
-    await wait_for(expired, what="the lease deadline to pass")
+    await eventually(expired, what="the lease deadline to pass", within=10.0)
     await second.create(meta("c"))
     await second.append("c", turn(0, "second"))
     with pytest.raises(SessionFencedError):
