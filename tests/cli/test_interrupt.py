@@ -152,8 +152,10 @@ def test_ctrl_c_while_reading_the_input(workdir: Path, tmp_path: Path) -> None:
         # signals but before the read begins is only seen when the read
         # returns, which would be never (a person presses Ctrl-C again).
         with fifo.open("wb"):
+            deadline = time.monotonic() + 120
             while not sleeping_in_read(proc.pid):
                 assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the command never read the input"
                 time.sleep(0.01)
             proc.send_signal(signal.SIGINT)
             _, stderr = proc.communicate(timeout=120)
