@@ -29,13 +29,14 @@ from typing import Any, LiteralString
 import psycopg
 import pytest
 from psycopg import sql
+from tests.support.waiting import eventually
 
 from turnkeep.errors import FlushOutcomeUnknownError, StorageError
 from turnkeep.meta import SessionSummary
 from turnkeep_postgres import PostgresPersistence
 
 from .conftest import DSN
-from .test_backend import meta, turn, wait_for
+from .test_backend import meta, turn
 
 pytestmark = pytest.mark.postgres
 
@@ -93,9 +94,10 @@ async def _kill_while_waiting(
     holder.execute("BEGIN")
     holder.execute(lock)
     task = asyncio.create_task(call())
-    await wait_for(
+    await eventually(
         lambda: _waiting_pid(observer, store.application_name) is not None,
         what="the backend to wait on the lock",
+        within=10.0,
     )
     pid = _waiting_pid(observer, store.application_name)
     observer.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
@@ -178,9 +180,10 @@ async def test_a_group_killed_after_writing_part_of_it_stores_none_of_it(
     holder.execute("BEGIN")
     holder.execute("SELECT 1 FROM sessions WHERE id = 'g-7' FOR UPDATE")
     tasks = [asyncio.create_task(store.append(sid, turn(2, "second"))) for sid in ids]
-    await wait_for(
+    await eventually(
         lambda: _waiting_pid(observer, store.application_name) is not None,
         what="the group to wait on the held row",
+        within=10.0,
     )
     pid = _waiting_pid(observer, store.application_name)
     wrote = observer.execute(
