@@ -8,7 +8,8 @@ half is measured here, beside a raw baseline in the same run, never asserted
 in the test suite.
 
 Each side runs ten processes for `BENCH_CONTENTION_SECONDS` (10 s; 60 with
-`BENCH_FULL=1`), one side after the other, on a fresh file each:
+`BENCH_FULL=1`) on a fresh file, the sides taking turns for
+`BENCH_CONTENTION_ROUNDS` (2) rounds; each side's flushes are pooled:
 
 - **turnkeep**: the `sqlite` backend in each process. Eight append turns to
   sessions of their own; two fight over one shared session (each steals it,
@@ -20,8 +21,8 @@ Each side runs ten processes for `BENCH_CONTENTION_SECONDS` (10 s; 60 with
 
 A turn is the benchmark conversation's 12 events (`benchmarks/workload.py`),
 encoded before its timer starts. Printed: flushes per second over all ten
-processes, flush p50 and p99, and turnkeep's over raw. After each side, the
-rows stored are counted against the flushes acknowledged.
+processes, flush p50, p99 and max, and turnkeep's over raw. After each
+round, the rows stored are counted against the flushes acknowledged.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
 FULL = os.environ.get("BENCH_FULL") == "1"
 SECONDS = float(os.environ.get("BENCH_CONTENTION_SECONDS", "60" if FULL else "10"))
+ROUNDS = int(os.environ.get("BENCH_CONTENTION_ROUNDS", "2"))
 SOLOS = 8
 RIVALS = 2
 GOAL_P99_MS = 100.0
@@ -190,9 +192,13 @@ async def _seed_shared(path: Path) -> int:
     return len(seed)
 
 
-def run_side(side: str, directory: Path, seconds: float) -> dict[str, Any]:
-    """Run one side's ten processes on a fresh file; latencies and throughput."""
-    path = directory / f"{side}.sqlite3"
+def run_side(side: str, path: Path, seconds: float) -> list[float]:
+    """One round of one side's ten processes on a fresh file: flush latencies.
+
+    Raises:
+        SystemExit: a worker failed, or fewer events are stored than the
+            flushes acknowledged.
+    """
     if side == "raw":
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA journal_mode = WAL")
@@ -224,33 +230,44 @@ def run_side(side: str, directory: Path, seconds: float) -> dict[str, Any]:
             worker.join(timeout=10)
             if worker.is_alive():
                 worker.kill()
-    flat = sorted(x for r in replies for x in r["latencies"])
     acked = sum(r["events"] for r in replies)
     stored = _stored_rows(path) - seeded
     if stored != acked:
         raise SystemExit(
             f"bench_contention: {side} acknowledged {acked} events but stored {stored}"
         )
+    return [x for r in replies for x in r["latencies"]]
+
+
+def _figures(latencies: list[float], seconds: float) -> dict[str, Any]:
+    flat = sorted(latencies)
     return {
         "flushes": len(flat),
         "flushes_per_s": len(flat) / seconds,
         "p50_ms": flat[len(flat) // 2] * 1e3,
         "p99_ms": flat[int(len(flat) * 0.99)] * 1e3,
         "max_ms": flat[-1] * 1e3,
-        "events_stored": stored,
     }
 
 
 def main() -> dict[str, Any]:
     directory = Path(tempfile.mkdtemp(prefix="bench-contention-"))
+    pooled: dict[str, list[float]] = {"raw": [], "turnkeep": []}
     try:
-        raw = run_side("raw", directory, SECONDS)
-        ours = run_side("turnkeep", directory, SECONDS)
+        # The sides alternate, so a disk whose sync time drifts over the
+        # run weighs on both alike.
+        for round_ in range(ROUNDS):
+            for side in pooled:
+                path = directory / f"{side}-{round_}.sqlite3"
+                pooled[side] += run_side(side, path, SECONDS)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    raw = _figures(pooled["raw"], SECONDS * ROUNDS)
+    ours = _figures(pooled["turnkeep"], SECONDS * ROUNDS)
     print(
-        f"{SOLOS + RIVALS} processes on one SQLite file for {SECONDS:.0f} s each "
-        f"({SOLOS} on sessions of their own, {RIVALS} fighting over one)"
+        f"{SOLOS + RIVALS} processes on one SQLite file ({SOLOS} on sessions of "
+        f"their own, {RIVALS} fighting over one), {ROUNDS} rounds of "
+        f"{SECONDS:.0f} s per side, alternating"
     )
     for name, r in (("raw BEGIN IMMEDIATE txn", raw), ("turnkeep sqlite append", ours)):
         print(
@@ -265,6 +282,7 @@ def main() -> dict[str, Any]:
     )
     return {
         "seconds": SECONDS,
+        "rounds": ROUNDS,
         "processes": SOLOS + RIVALS,
         "raw": raw,
         "turnkeep": ours,
