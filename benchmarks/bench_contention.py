@@ -38,11 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_sqlite import meta, raw_connect
 from benchmarks.workload import K, Workload, records
-from turnkeep import SessionMeta
 from turnkeep.errors import SequenceError, SessionFencedError
-from turnkeep.meta import SessionSummary
-from turnkeep.persistence import EventCodec, EventRecord, SessionHeader
+from turnkeep.persistence import EventCodec, EventRecord
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
 FULL = os.environ.get("BENCH_FULL") == "1"
@@ -56,21 +55,9 @@ SHARED = "shared"
 RIVAL_PAUSE_EVERY = 7
 """A rival pauses briefly every this many turns, so the other can take over."""
 
-_RAW_SCHEMA = (
-    "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-    "type TEXT NOT NULL, time INTEGER NOT NULL, data BLOB NOT NULL, "
-    "PRIMARY KEY (session_id, seq))",
-)
-
 
 def _roles() -> list[tuple[str, str]]:
     return [("solo", f"solo-{n}") for n in range(SOLOS)] + [("rival", SHARED)] * RIVALS
-
-
-def _meta(sid: str) -> SessionMeta:
-    return SessionMeta(
-        header=SessionHeader(id=sid, created_at=1), summary=SessionSummary()
-    )
 
 
 def _turn(
@@ -93,7 +80,7 @@ async def _ours(
     owned = not rival
     next_seq = index = 0
     if not rival:
-        await backend.create(_meta(sid))
+        await backend.create(meta(sid))
     start.wait()  # every process set up: all begin at once
     deadline = time.monotonic() + seconds
     try:
@@ -183,7 +170,7 @@ async def _seed_shared(path: Path) -> int:
     """Create the rivals' session with one turn (a claim needs it stored)."""
     backend = SqlitePersistence(SqliteConfig(path=path))
     try:
-        await backend.create(_meta(SHARED))
+        await backend.create(meta(SHARED))
         seed = _turn(Workload(seed=99), EventCodec(), 0, 0)
         await backend.append(SHARED, seed)
         await backend.release(SHARED)
@@ -200,11 +187,7 @@ def run_side(side: str, path: Path, seconds: float) -> list[float]:
             flushes acknowledged.
     """
     if side == "raw":
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA journal_mode = WAL")
-        for statement in _RAW_SCHEMA:
-            conn.execute(statement)
-        conn.close()
+        raw_connect(path).close()  # WAL, and bench_sqlite's raw tables
         target, seeded = _raw_worker, 0
     else:
         target, seeded = _ours_worker, asyncio.run(_seed_shared(path))
