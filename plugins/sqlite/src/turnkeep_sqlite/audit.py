@@ -2,10 +2,11 @@
 
 A session's records are keyed by its row (`session_key`) and deleted with
 it (`ON DELETE CASCADE`); the store's log has no session row
-(`session_key` NULL) and outlives every session. Recording is a short write
-transaction of its own: it never touches `events` or the session row and
-needs no writer role, so it lands while another process holds the session.
-The number is taken inside that transaction (SQLite serialises writers), so
+(`session_key` NULL) and outlives every session. Recording is one
+operation of the backend's writer (it may share a group commit with other
+sessions' flushes): it never touches `events` or the session row and needs
+no writer role, so it lands while another process holds the session.
+The number is taken inside its transaction (SQLite serialises writers), so
 racing recorders each get their own; a unique index on the scope and number
 guards it. Reading is one index range.
 """

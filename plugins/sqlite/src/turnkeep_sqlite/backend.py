@@ -209,7 +209,7 @@ class SqlitePersistence:
     async def request_cancel(self, session_id: str, reason: str) -> CancelRequest:
         """Record a request to cancel the running turn (`turnkeep_sqlite.cancel`).
 
-        A short transaction of its own; no writer role, no event touched.
+        One operation of the writer; no writer role, no event touched.
         """
         session_id = validate_session_id(session_id)
         check_reason(reason)

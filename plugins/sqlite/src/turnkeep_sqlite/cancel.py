@@ -2,10 +2,11 @@
 
 A request from another process is the session's latest `CancelRequest`,
 kept in its own table (schema version 4), keyed by the session's row and
-deleted with it (`ON DELETE CASCADE`). Recording one is a short write
-transaction of its own: it never touches `events` or the session row and
-needs no writer role, so it lands while another process holds the
-session; the number is taken inside that transaction, so racing
+deleted with it (`ON DELETE CASCADE`). Recording one is one operation of
+the backend's writer (it may share a group commit with other sessions'
+flushes): it never touches `events` or the session row and needs no writer
+role, so it lands while another process holds the session; the number is
+taken inside its transaction, so racing
 requesters each get their own. The owner's probe is one indexed lookup.
 """
 

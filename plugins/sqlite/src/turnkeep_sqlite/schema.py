@@ -1,13 +1,14 @@
 """The database schema, its migrations, and opening a connection safely.
 
 Schema version lives in `PRAGMA user_version` and the file is marked as
-turnkeep's with `PRAGMA application_id`. Migrations are explicit steps, each
-applied in one `BEGIN IMMEDIATE` transaction that re-reads the version first,
-so two processes opening a new file at once apply each step exactly once;
-every step is logged in `schema_migrations`. A database newer than this code
-is refused before anything writes to it: the version is read from the file
-header (or through a read-only connection when a WAL is pending) before the
-writer connection switches journal modes or migrates. Only the writer
+turnkeep's with `PRAGMA application_id`. Migrations are explicit steps; the
+pending ones are applied together in one `BEGIN IMMEDIATE` transaction that
+re-reads the version first, so two processes opening a new file at once
+apply each step exactly once; every step is logged in `schema_migrations`.
+A database newer than this code is refused before anything writes to it:
+the version is read from the file header (or through a read-only
+connection when a WAL is pending) before the writer connection switches
+journal modes or migrates. Only the writer
 migrates: readers open the file read-only (`mode=ro`) and report the version
 they find (`reader_schema`), so a read changes nothing on disk.
 """

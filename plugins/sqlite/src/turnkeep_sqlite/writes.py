@@ -204,20 +204,28 @@ def append(
                 "again to continue from what the new owner wrote."
             )
     else:
-        _take(tx, state, session_id, row, steal=False)
+        _refuse_live_owner(state, session_id, row, creating=False)
+    next_seq = row.next_seq
+    if records:
+        check_batch(
+            session_id,
+            records,
+            next_seq=next_seq,
+            max_event_bytes=state.max_event_bytes,
+        )
+        if next_seq and row.last_present is None:
+            raise SessionCorruptError(
+                f"session {session_id!r}: its last acknowledged event (seq "
+                f"{next_seq - 1}) is missing; the database was damaged or edited",
+                session_id=session_id,
+                offset=next_seq - 1,
+            )
+    if held is None:
+        # The takeover writes, so it comes after every check (a live owner
+        # was refused above).
+        _take(tx, state, session_id, row, steal=True)
     if not records:
         return
-    next_seq = row.next_seq
-    check_batch(
-        session_id, records, next_seq=next_seq, max_event_bytes=state.max_event_bytes
-    )
-    if next_seq and row.last_present is None:
-        raise SessionCorruptError(
-            f"session {session_id!r}: its last acknowledged event (seq "
-            f"{next_seq - 1}) is missing; the database was damaged or edited",
-            session_id=session_id,
-            offset=next_seq - 1,
-        )
     if pending is not None:
         staged = pending.summary
         conn.execute(
