@@ -26,6 +26,7 @@ from turnkeep.errors import (
     SequenceError,
     SessionFencedError,
     SessionLockedError,
+    StorageError,
 )
 from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
 from turnkeep.host import Host
@@ -477,3 +478,27 @@ async def test_an_append_that_must_take_the_role_first_is_a_transaction(
     assert after == (generation[0], None), "the refused append's claim stayed"
     await later.append("s", turn(2, "second"))
     assert len((await later.load("s")).events) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_lone_append_with_a_summary_is_one_transaction(
+    open_store: OpenStore,
+) -> None:
+    # Its events and its summary are two statements: alone in its group it
+    # must still commit both or neither. A summary the server refuses (an
+    # `updated_at` beyond bigint) fails the second; the first must go too.
+    store = open_store()
+    await store.create(meta("s"))  # holds the session from here on
+    await store.append("s", turn(0, "first"))
+    solo = store.writer_stats.solo
+    bad = SessionSummary(title="t", updated_at=2**63)
+    with pytest.raises(StorageError):
+        await store.append("s", turn(2, "second"), summary=bad)
+    assert store.writer_stats.solo == solo
+    loaded = await store.load("s")
+    assert len(loaded.events) == 2
+    assert loaded.meta.summary.title is None
+    await store.append("s", turn(2, "second"), summary=SessionSummary(title="t"))
+    loaded = await store.load("s")
+    assert len(loaded.events) == 4
+    assert loaded.meta.summary.title == "t"

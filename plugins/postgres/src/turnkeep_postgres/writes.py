@@ -247,13 +247,19 @@ def append(
         # a shared group and a transaction alone.
         return session_id in state.held
 
+    def one_statement() -> bool:
+        # A summary is a second statement: then the flush needs a
+        # transaction around both even alone, or the events could commit
+        # without their summary.
+        return summary is None and held()
+
     return Op(
         run,
         session_id,
         clean=held,
         doing=f"appending to {session_id!r}",
         batch=batch,
-        atomic=held,
+        atomic=one_statement,
     )
 
 
