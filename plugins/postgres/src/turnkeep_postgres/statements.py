@@ -1,4 +1,7 @@
-"""Every SQL statement the backend runs, composed once per schema.
+"""The SQL statements of the backend's sessions and events, composed once per schema.
+
+(Migrations, cancel requests and audit records compose their own, in
+`schema`, `cancel` and `audit`, the same way.)
 
 Statements are built with `psycopg.sql` (the schema name is an `Identifier`,
 never text spliced into SQL), rendered to bytes once at open, and executed
