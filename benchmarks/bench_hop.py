@@ -14,7 +14,9 @@ and back. Two measurements, in one run:
    database: that is its mechanism, so it is part of its hop.
    Printed: microseconds per hop, the median block and the low quartile
    (on a shared machine the quartile shows the hop, the median the hop plus
-   the neighbours' noise).
+   the neighbours' noise). Then the same with the process on one CPU
+   (`one_cpu_hops`): a hop's two wake-ups cost several times more when its
+   threads sit on different CPUs, and the scheduler decides that per run.
 2. `Session.append` x 12 + `flush` through the host (turnkeep's defaults),
    per turn, on JSONL and SQLite with the hop before and the hop now, next
    to raw write + fsync (JSONL) and raw SQLite (one `executemany`
@@ -261,8 +263,7 @@ async def append_run(root: Path) -> dict[str, list[float]]:
 # -- report ----------------------------------------------------------------------
 
 
-def main() -> dict[str, Any]:
-    blocks = asyncio.run(bare_hops())
+def _hop_table(blocks: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     hop_us = {
         key: {
             "median_us": statistics.median(values) * 1e6,
@@ -270,19 +271,54 @@ def main() -> dict[str, Any]:
         }
         for key, values in blocks.items()
     }
-    print(f"1. bare hop (a no-op), {HOP_ROUNDS} rounds of {BLOCK}, interleaved")
     print(f"   {'mechanism':44s} {'median':>8s} {'p25':>8s}   (us per hop)")
     for key, label in HOPS.items():
         row = hop_us[key]
         print(f"   {label:44s} {row['median_us']:8.1f} {row['p25_us']:8.1f}")
-    for backend in BACKENDS:
-        before, now = hop_us[f"{backend}.before"], hop_us[f"{backend}.now"]
-        print(
-            f"   {backend} hop now / before: median "
-            f"{now['median_us'] / before['median_us']:.2f}, p25 "
-            f"{now['p25_us'] / before['p25_us']:.2f}; now / dedicated (p25) "
-            f"{now['p25_us'] / hop_us['dedicated']['p25_us']:.2f}"
-        )
+    return hop_us
+
+
+def one_cpu_hops() -> dict[str, dict[str, float]] | None:
+    """Part 1 again with this thread, and the threads it starts, on one CPU.
+
+    A hop wakes a thread twice (the worker, then the loop). Where the two
+    threads sit on different CPUs, each wake-up reaches a CPU that went idle
+    (on a VM, a virtual CPU the host let go), and the hop costs several
+    times what it costs when both share one CPU; which of the two a run
+    gets is the scheduler's choice, so part 1 swings between them. Pinned,
+    every mechanism shows its own cost. `None` where the platform cannot
+    pin or has one CPU only.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        return None
+    os.sched_setaffinity(0, {min(allowed)})  # new threads inherit it
+    try:
+        blocks = asyncio.run(bare_hops())
+    finally:
+        os.sched_setaffinity(0, allowed)
+    print(f"   the same, this process on one CPU (CPU {min(allowed)}):")
+    return _hop_table(blocks)
+
+
+def main() -> dict[str, Any]:
+    print(f"1. bare hop (a no-op), {HOP_ROUNDS} rounds of {BLOCK}, interleaved")
+    hop_us = _hop_table(asyncio.run(bare_hops()))
+    pinned = one_cpu_hops()
+    tables = [("as scheduled", hop_us)]
+    if pinned is not None:
+        tables.append(("on one CPU", pinned))
+    for where, table in tables:
+        for backend in BACKENDS:
+            before, now = table[f"{backend}.before"], table[f"{backend}.now"]
+            print(
+                f"   {where}, {backend} hop now / before: median "
+                f"{now['median_us'] / before['median_us']:.2f}, p25 "
+                f"{now['p25_us'] / before['p25_us']:.2f}; now / dedicated (p25) "
+                f"{now['p25_us'] / table['dedicated']['p25_us']:.2f}"
+            )
 
     runs: list[dict[str, list[float]]] = []
     for _ in range(REPS):
@@ -318,6 +354,7 @@ def main() -> dict[str, Any]:
         )
     return {
         "hop_us": hop_us,
+        "hop_us_one_cpu": pinned,
         "append_flush_us_per_turn": per_turn,
         "ratios": ratios,
         "turns": TURNS,
