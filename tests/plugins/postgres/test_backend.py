@@ -32,7 +32,7 @@ from turnkeep.events import TurnEnd, TurnEndData, UserMessage, UserMessageData
 from turnkeep.host import Host
 from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
-from turnkeep_postgres import PostgresPersistence
+from turnkeep_postgres import PostgresPersistence, reads
 from turnkeep_postgres.schema import commit_channel
 
 pytestmark = pytest.mark.postgres
@@ -502,3 +502,62 @@ async def test_a_lone_append_with_a_summary_is_one_transaction(
     loaded = await store.load("s")
     assert len(loaded.events) == 4
     assert loaded.meta.summary.title == "t"
+
+
+# -- reads -------------------------------------------------------------------------
+
+
+def _replaced_between_statements(
+    monkeypatch: pytest.MonkeyPatch, other: PostgresPersistence, step: str
+) -> None:
+    """After `step`'s first statement, `other` deletes "s" and stores it anew."""
+    real = getattr(reads, step)
+    done = False
+
+    async def then_replace(*args: Any) -> Any:
+        nonlocal done
+        found = await real(*args)
+        if not done:
+            done = True
+            await other.delete("s", force=True)
+            await other.create(meta("s"))
+            await other.append("s", turn(0, "new"))
+        return found
+
+    monkeypatch.setattr(reads, step, then_replace)
+
+
+@pytest.mark.asyncio
+async def test_a_load_reads_the_row_and_its_events_in_one_snapshot(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read apart, the old row (4 events) would meet the new session's 2
+    # events: damage reported where there is none.
+    store, other = open_store(), open_store()
+    await store.create(meta("s"))
+    await store.append("s", turn(0, "old"))
+    await store.append("s", turn(2, "old"))
+    await store.release("s")
+    _replaced_between_statements(monkeypatch, other, "_metas")
+    loaded = await store.load("s")
+    assert len(loaded.events) == 4
+    assert all(b"old" in raw for raw in loaded.events[::2])
+    monkeypatch.undo()
+    again = await store.load("s")
+    assert len(again.events) == 2
+    assert b"new" in again.events[0]
+
+
+@pytest.mark.asyncio
+async def test_a_read_after_a_seq_reads_the_row_and_its_events_in_one_snapshot(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, other = open_store(), open_store()
+    await store.create(meta("s"))
+    await store.append("s", turn(0, "old"))
+    await store.append("s", turn(2, "old"))
+    await store.release("s")
+    _replaced_between_statements(monkeypatch, other, "_tail_row")
+    found = await store.load_after("s", 0, 10)
+    assert len(found) == 3
+    assert b"old" in found[1]

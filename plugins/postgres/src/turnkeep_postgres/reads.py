@@ -5,7 +5,10 @@ Reads take no lock and run on any pooled connection, outside the writer.
 `load` reads the session row, then its events up to the row's `next_seq`
 (rows a concurrent flush adds later are not asked for), and checks they are
 exactly `0 .. next_seq-1`: a missing or oversized row is damage inside
-acknowledged data (`SessionCorruptError`), never a shorter history. `list`
+acknowledged data (`SessionCorruptError`), never a shorter history. Its
+statements (and `load_after`'s) read one snapshot (`_snapshot`): read
+apart, a session deleted and stored again under the same id in between
+would pair one session's row with the other's events. `list`
 pages newest first by `(-updated_at, id)` from the partial index
 `sessions_by_update`, with an opaque cursor holding the last key seen.
 
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import heapq
+from collections.abc import AsyncGenerator
 from itertools import islice
 from typing import Any, Final
 
@@ -53,6 +58,15 @@ _cursor_encoder: Final = msgspec.json.Encoder()
 _cursor_decoder: Final = msgspec.json.Decoder(tuple[str, int, str])
 _header_decoder: Final = msgspec.json.Decoder(SessionHeader)
 _summary_decoder: Final = msgspec.json.Decoder(SessionSummary)
+_SNAPSHOT: Final = b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+@contextlib.asynccontextmanager
+async def _snapshot(conn: AsyncConnection[Any]) -> AsyncGenerator[None]:
+    """Run the statements inside on one snapshot of the database."""
+    async with conn.transaction():
+        await conn.execute(_SNAPSHOT)
+        yield
 
 
 def encode_cursor(updated_at: int, session_id: str) -> str:
@@ -146,6 +160,13 @@ async def load(
         UnsupportedFormatError: the session's format is newer than the code.
         SessionCorruptError: an acknowledged event is missing or oversized.
     """
+    async with _snapshot(conn):
+        return await _load(conn, queries, session_id, max_bytes)
+
+
+async def _load(
+    conn: AsyncConnection[Any], queries: Queries, session_id: str, max_bytes: int
+) -> LoadedSession:
     cur = await conn.execute(queries.load_meta, {"id": session_id})
     row = await cur.fetchone()
     if row is None:
@@ -167,10 +188,7 @@ async def load(
         events.append(bytes(raw))
     if len(events) == count:
         return LoadedSession(meta=meta, events=events)
-    # Rows read in a second statement: a concurrent delete looks like damage.
-    again = await conn.execute(queries.has, {"id": session_id})
-    if await again.fetchone() is None:
-        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    # The row and its events are one snapshot: what is missing is damage.
     index = len(events)
     if index < len(rows) and rows[index][1] is None:
         why = f"event {index} is {rows[index][2]} bytes, over max_event_bytes"
@@ -200,6 +218,17 @@ async def load_after(
         SessionNotFoundError, UnsupportedFormatError, SessionCorruptError:
             as `load`, for the rows asked for.
     """
+    async with _snapshot(conn):
+        return await _load_after(conn, queries, session_id, window, max_bytes)
+
+
+async def _load_after(
+    conn: AsyncConnection[Any],
+    queries: Queries,
+    session_id: str,
+    window: tuple[int, int],
+    max_bytes: int,
+) -> list[bytes]:
     after, limit = window
     version, count = await _tail_row(conn, queries, session_id)
     if version > FORMAT_VERSION:
@@ -225,7 +254,6 @@ async def load_after(
         events.append(bytes(raw))
     if len(events) == end - start:
         return events
-    await _tail_row(conn, queries, session_id)  # deleted meanwhile: not found
     missing = start + len(events)
     raise SessionCorruptError(
         f"session {session_id!r}: acknowledged event {missing} of {count} is "
