@@ -6,9 +6,9 @@ Reads take no lock and run on any pooled connection, outside the writer.
 (rows a concurrent flush adds later are not asked for), and checks they are
 exactly `0 .. next_seq-1`: a missing or oversized row is damage inside
 acknowledged data (`SessionCorruptError`), never a shorter history. Its
-statements (and `load_after`'s) read one snapshot (`_snapshot`): read
-apart, a session deleted and stored again under the same id in between
-would pair one session's row with the other's events. `list`
+statements read one snapshot (`_snapshot`; `load_after` is one statement):
+read apart, a session deleted and stored again under the same id in
+between would pair one session's row with the other's events. `list`
 pages newest first by `(-updated_at, id)` from the partial index
 `sessions_by_update`, with an opaque cursor holding the last key seen.
 
@@ -209,39 +209,32 @@ async def load_after(
     window: tuple[int, int],
     max_bytes: int,
 ) -> list[bytes]:
-    """Durable events with seq > `after`, at most `limit`: one index range.
+    """Durable events with seq > `after`, at most `limit`: one statement.
 
     `window` is `(after, limit)`. The row's `next_seq` bounds the range, so
-    rows of a flush landing meanwhile are not asked for.
+    rows of a flush landing meanwhile are not asked for; the row and its
+    events are read by one statement, so from one snapshot.
 
     Raises:
         SessionNotFoundError, UnsupportedFormatError, SessionCorruptError:
             as `load`, for the rows asked for.
     """
-    async with _snapshot(conn):
-        return await _load_after(conn, queries, session_id, window, max_bytes)
-
-
-async def _load_after(
-    conn: AsyncConnection[Any],
-    queries: Queries,
-    session_id: str,
-    window: tuple[int, int],
-    max_bytes: int,
-) -> list[bytes]:
     after, limit = window
-    version, count = await _tail_row(conn, queries, session_id)
-    if version > FORMAT_VERSION:
-        raise newer_format(session_id, version)
-    start, end = after + 1, min(count, after + 1 + limit)
-    if start >= end:
-        return []
-    params = {"id": session_id, "start": start, "end": end, "max": max_bytes}
+    start = after + 1
+    params = {"id": session_id, "start": start, "limit": limit, "max": max_bytes}
     async with conn.cursor(binary=True) as cur:
         await cur.execute(queries.load_range, params)
         rows = await cur.fetchall()
+    if not rows:
+        raise SessionNotFoundError(f"no stored session {session_id!r}")
+    version, count = int(rows[0][0]), int(rows[0][1])
+    if version > FORMAT_VERSION:
+        raise newer_format(session_id, version)
+    end = min(count, start + limit)
+    if start >= end:
+        return []
     events: list[bytes] = []
-    for seq, raw, size in rows:
+    for _, _, seq, raw, size in rows:
         if seq != start + len(events):
             break
         if raw is None:
@@ -298,10 +291,14 @@ async def list_page(
     elif where.statuses is None:
         rows = await _range(conn, queries, None, where, after, limit + 1)
     else:
-        ranges = [
-            await _range(conn, queries, status, where, after, limit + 1)
-            for status in sorted(where.statuses)
-        ]
+        # One snapshot for the ranges: a session whose status changes
+        # between two of them would be listed twice, or not at all.
+        statuses = where.statuses
+        async with contextlib.nullcontext() if len(statuses) == 1 else _snapshot(conn):
+            ranges = [
+                await _range(conn, queries, status, where, after, limit + 1)
+                for status in sorted(statuses)
+            ]
         rows = list(islice(heapq.merge(*ranges, key=_row_order), limit + 1))
     items = await _metas(conn, queries, rows[:limit])
     more = len(rows) > limit

@@ -302,10 +302,17 @@ def _texts() -> dict[str, LiteralString]:
             "SELECT format_version, next_seq FROM {sessions}"
             " WHERE id = %(id)s AND next_seq > 0"
         ),
+        # The row and its events in one statement, so one snapshot: read
+        # apart, a session deleted and stored again under the id in between
+        # would lend its events to the other's numbers. No event in the
+        # window still gives the row (with NULLs) through the outer join.
         "load_range": (
-            "SELECT seq, CASE WHEN octet_length(raw) <= %(max)s THEN raw END,"
-            " octet_length(raw) FROM {events} WHERE session_id = %(id)s"
-            " AND seq >= %(start)s AND seq < %(end)s ORDER BY seq"
+            "SELECT s.format_version, s.next_seq, e.seq,"
+            " CASE WHEN octet_length(e.raw) <= %(max)s THEN e.raw END,"
+            " octet_length(e.raw) FROM {sessions} AS s LEFT JOIN {events} AS e"
+            " ON e.session_id = s.id AND e.seq >= %(start)s"
+            " AND e.seq < least(s.next_seq, %(start)s + %(limit)s)"
+            " WHERE s.id = %(id)s AND s.next_seq > 0 ORDER BY e.seq"
         ),
         "list_first": (
             "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"
