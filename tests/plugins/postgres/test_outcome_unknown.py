@@ -3,11 +3,12 @@
 The writer's connection is terminated (`pg_terminate_backend`, from another
 connection) at the commit of a flush, deterministically: right before the
 `COMMIT` is sent (the flush did not land) or right after it landed and
-before its reply is read (it did). Each of the three ways a flush commits
+before its reply is read (it did). Each of the four ways a flush commits
 is covered: a lone append of a held session (its one statement is its
-commit), a group of appends (one transaction), and a lone append that takes
-the writer role first (a transaction of its own). Every affected append
-must raise `FlushOutcomeUnknownError` with its seq range, never a plain
+commit), a group of appends (one transaction), a lone append that takes
+the writer role first, and a lone append with a summary (each a
+transaction of its own). Every affected append must raise
+`FlushOutcomeUnknownError` with its seq range, never a plain
 `StorageError`; a retry settles it (it lands, or `SequenceError` says it
 had), and so does a takeover: the old owner is told the outcome is still
 unknown (`fenced`), the new one loads the flush exactly once or not at all.
@@ -30,6 +31,7 @@ from turnkeep.errors import (
     SequenceError,
     SessionFencedError,
 )
+from turnkeep.meta import SessionSummary
 from turnkeep_postgres import PostgresPersistence
 
 from .test_backend import meta, turn
@@ -138,9 +140,15 @@ def _count(observer: psycopg.Connection[Any], sid: str) -> int:
     return int(row[0])
 
 
-# How the flush commits: its own statement, a group's transaction, or the
-# transaction of an append that takes the writer role first.
-WAYS = {"alone": "statement", "group": "commit", "claiming": "commit"}
+# How the flush commits: its own statement, a group's transaction, the
+# transaction of an append that takes the writer role first, or that of a
+# lone append whose summary is a second statement.
+WAYS = {
+    "alone": "statement",
+    "group": "commit",
+    "claiming": "commit",
+    "summary": "commit",
+}
 
 
 async def _lose_one_commit(
@@ -155,8 +163,12 @@ async def _lose_one_commit(
     loser = LosesCommitReply(store, raw_conn, lands=lands)
     observer = raw_conn()
     flushes = {sid: turn(2, f"second {sid}") for sid in sids}
+    summary = SessionSummary(title="t") if way == "summary" else None
     results = await asyncio.gather(
-        *(store.append(sid, records) for sid, records in flushes.items()),
+        *(
+            store.append(sid, records, summary=summary)
+            for sid, records in flushes.items()
+        ),
         return_exceptions=True,
     )
     assert loser.fired == WAYS[way]
@@ -168,6 +180,9 @@ async def _lose_one_commit(
         assert isinstance(result.__cause__, psycopg.Error)
         assert "may or may not" in str(result)
         assert _count(observer, sid) == (4 if lands else 2)
+        if summary is not None:
+            title = (await store.load(sid)).meta.summary.title
+            assert title == ("t" if lands else None), "the summary went alone"
     return store, flushes
 
 
