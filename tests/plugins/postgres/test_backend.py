@@ -575,3 +575,17 @@ async def test_a_list_of_several_statuses_reads_one_snapshot(
     monkeypatch.undo()
     page = await store.list(where=ListFilter(statuses={"active", "idle"}))
     assert [(m.id, m.summary.status) for m in page.items] == [("s", "idle")]
+
+
+@pytest.mark.asyncio
+async def test_a_read_after_a_seq_takes_bounds_past_any_seq(
+    open_store: OpenStore,
+) -> None:
+    store = open_store()
+    await store.create(meta("s"))
+    await store.append("s", turn(0, "a"))
+    await store.append("s", turn(2, "b"))
+    assert len(await store.load_after("s", 0, 2**63 - 1)) == 3
+    assert len(await store.load_after("s", 1, 2**80)) == 2
+    assert await store.load_after("s", 2**63, 5) == []
+    assert await store.load_after("s", 2**80, 2**80) == []

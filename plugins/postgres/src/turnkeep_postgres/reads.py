@@ -58,6 +58,7 @@ _cursor_encoder: Final = msgspec.json.Encoder()
 _cursor_decoder: Final = msgspec.json.Decoder(tuple[str, int, str])
 _header_decoder: Final = msgspec.json.Decoder(SessionHeader)
 _summary_decoder: Final = msgspec.json.Decoder(SessionSummary)
+_BIGINT: Final = 2**63 - 1
 _SNAPSHOT: Final = b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
@@ -221,7 +222,14 @@ async def load_after(
     """
     after, limit = window
     start = after + 1
-    params = {"id": session_id, "start": start, "limit": limit, "max": max_bytes}
+    # Bounds past any seq are cut to bigint's largest: no seq is above it,
+    # and a larger number would fail the statement instead.
+    params = {
+        "id": session_id,
+        "start": min(start, _BIGINT),
+        "upto": min(start + limit, _BIGINT),
+        "max": max_bytes,
+    }
     async with conn.cursor(binary=True) as cur:
         await cur.execute(queries.load_range, params)
         rows = await cur.fetchall()

@@ -311,7 +311,7 @@ def _texts() -> dict[str, LiteralString]:
             " CASE WHEN octet_length(e.raw) <= %(max)s THEN e.raw END,"
             " octet_length(e.raw) FROM {sessions} AS s LEFT JOIN {events} AS e"
             " ON e.session_id = s.id AND e.seq >= %(start)s"
-            " AND e.seq < least(s.next_seq, %(start)s + %(limit)s)"
+            " AND e.seq < least(s.next_seq, %(upto)s)"
             " WHERE s.id = %(id)s AND s.next_seq > 0 ORDER BY e.seq"
         ),
         "list_first": (
