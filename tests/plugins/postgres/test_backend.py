@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -507,24 +507,22 @@ async def test_a_lone_append_with_a_summary_is_one_transaction(
 # -- reads -------------------------------------------------------------------------
 
 
-def _replaced_between_statements(
-    monkeypatch: pytest.MonkeyPatch, other: PostgresPersistence, step: str
+def _between_statements(
+    monkeypatch: pytest.MonkeyPatch, step: str, meanwhile: Callable[[], Awaitable[None]]
 ) -> None:
-    """After `step`'s first statement, `other` deletes "s" and stores it anew."""
+    """Run `meanwhile` once, right after the first call of `reads.<step>`."""
     real = getattr(reads, step)
     done = False
 
-    async def then_replace(*args: Any) -> Any:
+    async def then(*args: Any) -> Any:
         nonlocal done
         found = await real(*args)
         if not done:
             done = True
-            await other.delete("s", force=True)
-            await other.create(meta("s"))
-            await other.append("s", turn(0, "new"))
+            await meanwhile()
         return found
 
-    monkeypatch.setattr(reads, step, then_replace)
+    monkeypatch.setattr(reads, step, then)
 
 
 @pytest.mark.asyncio
@@ -538,7 +536,13 @@ async def test_a_load_reads_the_row_and_its_events_in_one_snapshot(
     await store.append("s", turn(0, "old"))
     await store.append("s", turn(2, "old"))
     await store.release("s")
-    _replaced_between_statements(monkeypatch, other, "_metas")
+
+    async def replace() -> None:
+        await other.delete("s", force=True)
+        await other.create(meta("s"))
+        await other.append("s", turn(0, "new"))
+
+    _between_statements(monkeypatch, "_metas", replace)
     loaded = await store.load("s")
     assert len(loaded.events) == 4
     assert all(b"old" in raw for raw in loaded.events[::2])
@@ -557,18 +561,11 @@ async def test_a_list_of_several_statuses_reads_one_snapshot(
     store, other = open_store(), open_store()
     await store.create(meta("s"))
     await store.append("s", turn(0, "old"))
-    real = reads._range  # pyright: ignore[reportPrivateUsage]
-    moved = False
 
-    async def then_move(*args: Any) -> Any:
-        nonlocal moved
-        found = await real(*args)
-        if not moved:
-            moved = True
-            await other.update("s", SessionSummary(status="idle", updated_at=T0 + 9))
-        return found
+    async def move() -> None:
+        await other.update("s", SessionSummary(status="idle", updated_at=T0 + 9))
 
-    monkeypatch.setattr(reads, "_range", then_move)
+    _between_statements(monkeypatch, "_range", move)
     page = await store.list(where=ListFilter(statuses={"active", "idle"}))
     assert [m.id for m in page.items] == ["s"]
     assert page.items[0].summary.status == "active"
