@@ -2,7 +2,7 @@
 UV := ./scripts/uv
 SYNC := $(UV) sync --all-packages --locked --quiet
 
-.PHONY: help install demo test test-fast lint typecheck bench bench-full bench-docs soak test-postgres docs site screenshots
+.PHONY: help install demo test test-fast lint typecheck bench bench-all bench-full bench-docs soak test-postgres docs site screenshots
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -32,11 +32,14 @@ lint: ## ruff check and format check
 typecheck: ## pyright (strict) over every member, tests and benchmarks
 	$(SYNC) && $(UV) run --no-sync pyright
 
-bench: ## Benchmarks: the user's path first, raw baselines and peers in the same run; JSON and plots in benchmarks/results/
+bench: ## Quick benchmarks (under a minute): the user's path with the peers, the backends, the curves; JSON and plots in benchmarks/results/
 	$(SYNC) --group bench && $(UV) run --no-sync python -m benchmarks
 
-bench-full: ## The benchmarks at full size (the loop at T = 1,000 turns, larger sessions)
-	$(SYNC) --group bench && BENCH_FULL=1 BENCH_LOOP_TURNS=1000 $(UV) run --no-sync python -m benchmarks
+bench-all: ## Every benchmark module (PostgreSQL, contention, the service, ...); some take minutes
+	$(SYNC) --group bench && $(UV) run --no-sync python -m benchmarks --all
+
+bench-full: ## Every benchmark module at full size (the loop at T = 1,000 turns, larger sessions)
+	$(SYNC) --group bench && BENCH_FULL=1 BENCH_LOOP_TURNS=1000 $(UV) run --no-sync python -m benchmarks --all
 
 # The plots the documentation site shows: a full run of the user's path and
 # the scaling curves, written where docs/benchmarks.md finds them. Run it on

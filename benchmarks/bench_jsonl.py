@@ -22,6 +22,8 @@ see the same machine state:
 
 Setup writes (the 100k-event session, the 5,000 sessions) go through the
 backend with fsync switched off in its `FileOps`: they are not measured.
+Repetitions: 7 per measurement (9 for the list); 3 (5) with `BENCH_QUICK=1`,
+as `make bench` runs it.
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ from turnkeep import SessionMeta, SessionSummary
 from turnkeep.persistence import EventCodec, SessionHeader
 from turnkeep_jsonl import JsonlPersistence, OsFileOps
 
+QUICK = os.environ.get("BENCH_QUICK") == "1"  # `make bench`: fewer repetitions
 TURNS = 200
-REPS = 7
+REPS = 3 if QUICK else 7
 LOAD_EVENTS = 100_000
-LOAD_REPS = 7
+LOAD_REPS = 3 if QUICK else 7
 LIST_SESSIONS = 5_000
-LIST_REPS = 9
+LIST_REPS = 5 if QUICK else 9
 
 _encode_into = msgspec.json.Encoder().encode_into
 _encode = msgspec.json.Encoder().encode

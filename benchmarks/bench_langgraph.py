@@ -28,7 +28,7 @@ step's checkpoint and writes included), its growth with history (median of
 the last 20 steps over the first 20), and the bytes on disk afterwards
 against the payload (the messages' text). Ratios are against
 `InMemorySaver` run the same way, sync or async (time), and the payload
-(disk). Repetitions: `BENCH_LG_REPS`, 2 by default (`make bench`, about
+(disk). Repetitions: `BENCH_LG_REPS`, 2 by default (`make bench-all`, about
 half a minute with a PostgreSQL server) and 3 with `BENCH_FULL=1`; the
 median of each measure is reported.
 """

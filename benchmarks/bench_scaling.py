@@ -9,7 +9,8 @@ concurrent sessions, each next to its raw baseline in the same run.
   at the same concurrency) at a few values of N.
 
 Sizes: quick by default; `BENCH_FULL=1` (`make bench-full`) measures larger
-sessions. `BENCH_SCALING_REPS` (3) repetitions per point, medians.
+sessions. `BENCH_SCALING_REPS` (3; 2 with `BENCH_QUICK=1`, as `make bench`
+runs it) repetitions per point, medians.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from benchmarks import bench_jsonl, bench_sqlite
 from benchmarks.workload import K, Workload, records
 
 FULL = os.environ.get("BENCH_FULL", "") == "1"
-REPS = int(os.environ.get("BENCH_SCALING_REPS", "3"))
+QUICK = os.environ.get("BENCH_QUICK") == "1"  # `make bench`
+REPS = int(os.environ.get("BENCH_SCALING_REPS", "2" if QUICK else "3"))
 LOAD_SIZES = (1_000, 10_000, 50_000, 100_000) if FULL else (1_000, 5_000, 20_000)
 CONCURRENCY = (1, 4, 16, 64)
 TURNS_PER_SESSION = 20

@@ -17,8 +17,13 @@ median of interleaved repetitions and the ratio to its same-run baseline:
    (`benchmarks/peers.py`): LangGraph's `SqliteSaver` and the OpenAI Agents
    SDK's `SQLiteSession`, each fed the turn as its own items.
 
-Sizes: `BENCH_REPS` (5), `BENCH_TURNS` (200), `BENCH_LOAD_EVENTS` (100000),
-`BENCH_LIST_SESSIONS` (5000), `BENCH_CONCURRENT_TURNS` (20 per session).
+With `BENCH_QUICK=1` (`make bench`) 2. and 5. are left to the modules that
+run beside it: `bench_scaling` (2. at 1-64 sessions) and `bench_loop` (the
+peers on the user's path).
+
+Sizes: `BENCH_REPS` (5; 3 with `BENCH_QUICK=1`), `BENCH_TURNS` (200),
+`BENCH_LOAD_EVENTS` (100000), `BENCH_LIST_SESSIONS` (5000),
+`BENCH_CONCURRENT_TURNS` (20 per session).
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ from turnkeep.meta import SessionSummary
 from turnkeep.persistence import EventCodec, EventRecord, SessionHeader
 from turnkeep_sqlite import SqliteConfig, SqlitePersistence
 
-REPS = int(os.environ.get("BENCH_REPS", "5"))
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+REPS = int(os.environ.get("BENCH_REPS", "3" if QUICK else "5"))
 TURNS = int(os.environ.get("BENCH_TURNS", "200"))
 LOAD_EVENTS = int(os.environ.get("BENCH_LOAD_EVENTS", "100000"))
 LIST_SESSIONS = int(os.environ.get("BENCH_LIST_SESSIONS", "5000"))
@@ -575,13 +581,17 @@ def main() -> dict[str, Any]:
     workload = Workload()
     turns = [records(t, CODEC) for t in workload.session(TURNS)]
     results: dict[str, Any] = {"durable_turn": durable_turn(turns)}
-    work = {
-        f"c{n:02d}": [
-            records(t, CODEC) for t in Workload(seed=n).session(CONCURRENT_TURNS)
-        ]
-        for n in range(SESSIONS)
-    }
-    results["concurrent"] = concurrent(work)
+    if QUICK:
+        # bench_scaling measures it at 1, 4, 16 and 64 sessions in this run.
+        print("2. 64 sessions flushing concurrently: see bench_scaling below")
+    else:
+        work = {
+            f"c{n:02d}": [
+                records(t, CODEC) for t in Workload(seed=n).session(CONCURRENT_TURNS)
+            ]
+            for n in range(SESSIONS)
+        }
+        results["concurrent"] = concurrent(work)
     big = [records(t, CODEC) for t in Workload(seed=7).session(-(-LOAD_EVENTS // K))]
     results["load"] = load(big)
     # Grouping must not matter: the same events written as one flush.
@@ -590,5 +600,11 @@ def main() -> dict[str, Any]:
     grouped = one["turnkeep_s"] / results["load"]["turnkeep_s"]
     print(f"  one flush / per turn: {grouped:.3f} (grouping should not matter: 1.0)")
     results["list"] = listing([records(t, CODEC) for t in Workload(seed=3).session(2)])
-    results["peers"] = peer_turns(turns)
+    if QUICK:
+        # bench_loop measured the peers on the user's path in this run.
+        print(
+            "5. peers: not in the quick run (bench_loop measures them; see its table)"
+        )
+    else:
+        results["peers"] = peer_turns(turns)
     return results

@@ -67,3 +67,27 @@ def test_the_users_path_runs_first() -> None:
         "bench_jsonl",
         "bench_sqlite",
     ]
+
+
+def test_make_bench_runs_the_quick_set_and_all_runs_every_module() -> None:
+    names = runner.available()
+    assert names[0] == "bench_loop"
+    assert {"bench_postgres", "bench_contention", "bench_hop"} <= set(names)
+    quick, is_quick = runner.select([], names)
+    assert is_quick
+    assert quick[0] == "bench_loop"
+    assert set(quick) <= set(names)
+    # The slow modules (minutes) stay out of the quick run.
+    assert "bench_postgres" not in quick
+    assert "bench_contention" not in quick
+    assert runner.select(["--all"], names) == (names, False)
+    assert runner.select(["sqlite", "bench_loop"], names) == (
+        ["bench_sqlite", "bench_loop"],
+        False,
+    )
+
+
+def test_an_unknown_module_is_refused_naming_the_modules() -> None:
+    names = runner.available()
+    with pytest.raises(SystemExit, match=r"no benchmark 'bench_nope'.*bench_loop"):
+        runner.select(["nope"], names)
