@@ -600,7 +600,7 @@ def main() -> dict[str, Any]:
     results: dict[str, Any] = {"durable_turn": durable_turn(turns)}
     if QUICK:
         # bench_scaling measures it at 1, 4, 16 and 64 sessions in this run.
-        print("2. 64 sessions flushing concurrently: see bench_scaling below")
+        print("2. 64 sessions flushing concurrently: left to bench_scaling (quick run)")
     else:
         work = {
             f"c{n:02d}": [
@@ -619,9 +619,7 @@ def main() -> dict[str, Any]:
     results["list"] = listing([records(t, CODEC) for t in Workload(seed=3).session(2)])
     if QUICK:
         # bench_loop measured the peers on the user's path in this run.
-        print(
-            "5. peers: not in the quick run (bench_loop measures them; see its table)"
-        )
+        print("5. peers: left to bench_loop (quick run)")
     else:
         results["peers"] = peer_turns(turns)
     return results
