@@ -14,7 +14,9 @@ median of interleaved repetitions and the ratio to its same-run baseline:
    the session written per turn and written as one flush;
 4. list 5,000 sessions with titles vs a raw `SELECT id, title, updated_at`
    on an indexed table, sorted as turnkeep lists (newest first) and
-   unsorted, and vs the same 13 fields turnkeep reads as plain tuples;
+   unsorted, and vs the 13 columns the listing is made of read as plain
+   tuples (what turnkeep read before schema 6 stored each session's
+   listing as one JSON value in its index);
 5. peers on the durable-turn workload, if importable
    (`benchmarks/peers.py`): LangGraph's `SqliteSaver` and the OpenAI Agents
    SDK's `SQLiteSession`, each fed the turn as its own items.
@@ -503,7 +505,7 @@ def listing(turns: list[list[EventRecord]]) -> dict[str, Any]:
     loose = report(
         "one page vs ids+titles+updated_at, unsorted", ours, unsorted, "<= 2x"
     )
-    report("one page vs the same 13 fields as tuples", ours, same, "info")
+    report("one page vs its 13 columns as tuples", ours, same, "info")
     print(f"  in pages of 100: {statistics.median(paged) * 1e3:.2f} ms")
     return {
         "ratio": ratio,

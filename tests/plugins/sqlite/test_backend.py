@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings, strategies as st
 from tests.support.worker_client import SpawnWorker
 
 from turnkeep.config import Config, load_config
@@ -27,6 +28,7 @@ from turnkeep.errors import (
     FlushOutcomeUnknownError,
     InvalidCursorError,
     SequenceError,
+    SessionCorruptError,
     SessionFencedError,
     SessionLockedError,
     StorageError,
@@ -34,7 +36,7 @@ from turnkeep.errors import (
 from turnkeep.events import TurnEndData, UserMessageData
 from turnkeep.host import Host
 from turnkeep.listfilter import ListFilter
-from turnkeep.meta import ForkPoint, SessionHeader, SessionSummary
+from turnkeep.meta import ForkPoint, SessionHeader, SessionMeta, SessionSummary
 from turnkeep_sqlite import (
     SqliteConfig,
     SqlitePersistence,
@@ -500,3 +502,94 @@ async def test_delete_zeroes_what_it_frees_even_where_sqlite_would_not(
         assert (await backend.load("kept")).meta.summary.title == "kept"
     finally:
         await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_listing_is_read_from_its_index_alone(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    # `sessions.listing` is generated: a query that had to compute it (or
+    # read the table for it) would call json_object per row.
+    for n in range(5):
+        await _stored(store, f"s{n}")
+    conn = raw_db()
+    window = ListFilter(updated_after=1, updated_before=10**13)
+    queries = [(reads._LIST_FIRST, (10,)), (reads._LIST_AFTER, (5, "s3", 10))]
+    queries += [
+        reads.filter_query(status, window, after, 10)
+        for status in (None, "idle")
+        for after in (None, (5, "s3"))
+    ]
+    for sql, args in queries:
+        program = conn.execute(f"EXPLAIN {sql}", args).fetchall()
+        calls = [row for row in program if "json" in str(row[4])]
+        assert calls == [], (sql, calls)
+        assert any(row[1] == "ResultRow" for row in program)
+
+
+_TEXTS = st.one_of(
+    st.none(),
+    st.text(max_size=40),
+    st.sampled_from(['"', "\\", "\n\x00\x1f", "\u2028 é 🐍"]),
+)
+
+
+@pytest.mark.asyncio
+@settings(max_examples=40, deadline=None)
+@given(
+    title=_TEXTS,
+    first_prompt=_TEXTS,
+    cwd=_TEXTS,
+    status=st.sampled_from(["active", "idle", "interrupted", "failed", "closed"]),
+    forked=st.booleans(),
+    created_at=st.integers(min_value=0, max_value=2**62),
+)
+async def test_a_listing_equals_the_loaded_metadata(
+    tmp_path_factory: pytest.TempPathFactory,
+    title: str | None,
+    first_prompt: str | None,
+    cwd: str | None,
+    status: Any,
+    forked: bool,
+    created_at: int,
+) -> None:
+    path = tmp_path_factory.mktemp("listing") / "s.sqlite3"
+    backend = SqlitePersistence(SqliteConfig(path=path))
+    try:
+        parent = ForkPoint(session_id="p", seq=2) if forked else None
+        header = SessionHeader(id="s", created_at=created_at, cwd=cwd, parent=parent)
+        await backend.create(SessionMeta(header=header))
+        summary = SessionSummary(
+            title=title, first_prompt=first_prompt, status=status, updated_at=5
+        )
+        await backend.append("s", turn_records(0, 0), summary=summary)
+        loaded = (await backend.load("s")).meta
+        for where in (None, ListFilter(statuses=frozenset({status}))):
+            (listed,) = (await backend.list(where=where)).items
+            assert listed == loaded
+        assert loaded.header == header
+        assert (loaded.summary.title, loaded.summary.first_prompt) == (
+            title,
+            first_prompt,
+        )
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_row_edited_to_values_no_session_has_lists_as_corrupt(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    await _stored(store, "good")
+    await _stored(store, "edited")
+    conn = raw_db()
+    # The schema checks no type on created_at: a float gets through.
+    conn.execute("UPDATE sessions SET created_at = 1.5 WHERE id = 'edited'")
+    for where in (None, ListFilter(statuses=frozenset({"active"}))):
+        with pytest.raises(
+            SessionCorruptError, match=r"'edited'.*damaged or edited"
+        ) as info:
+            await store.list(where=where)
+        assert info.value.session_id == "edited"
+    conn.execute("UPDATE sessions SET created_at = 1 WHERE id = 'edited'")
+    assert {m.id for m in (await store.list()).items} == {"good", "edited"}

@@ -34,6 +34,7 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 from turnkeep_sqlite import SCHEMA_VERSION, SqliteConfig, SqlitePersistence
+from turnkeep_sqlite.schema import READ_MARGIN
 
 from .conftest import meta, turn_records
 
@@ -203,7 +204,10 @@ async def case_stored_event_over_the_size_limit(path: Path) -> None:
     backend = await _stored(path)
     await backend.aclose()
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("UPDATE events SET raw = zeroblob(5000) WHERE seq = 1")
+    # One byte more than a reader of max_event_bytes=1000 may allocate.
+    conn.execute(
+        "UPDATE events SET raw = zeroblob(?) WHERE seq = 1", (1000 + READ_MARGIN + 1,)
+    )
     conn.close()
     reader = SqlitePersistence(SqliteConfig(path=path, max_event_bytes=1000))
     try:

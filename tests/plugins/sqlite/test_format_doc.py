@@ -23,7 +23,7 @@ from turnkeep_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqlitePersistence
 from .conftest import meta, turn_records
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "formats" / "sqlite.md"
-_COLUMNS = "SELECT name FROM pragma_table_info(?)"
+_COLUMNS = "SELECT name FROM pragma_table_xinfo(?)"  # generated columns too
 
 
 def _sections(text: str) -> dict[str, str]:

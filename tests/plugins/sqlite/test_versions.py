@@ -31,6 +31,7 @@ from turnkeep_sqlite import (
     SCHEMA_VERSION,
     SqliteConfig,
     SqlitePersistence,
+    schema as schema_module,
 )
 from turnkeep_sqlite.schema import _turns_and_size  # pyright: ignore[reportPrivateUsage]
 
@@ -175,15 +176,26 @@ async def test_the_schema_v1_fixture_loads(tmp_path: Path) -> None:
         assert {**numbers, "size": summary.size} == _numbers(raws)
     finally:
         await backend.aclose()
-    assert [v for v, _ in _migrations(path)] == [1, 2, 3, 4, 5]
+    assert [v for v, _ in _migrations(path)] == list(range(1, SCHEMA_VERSION + 1))
     conn = sqlite3.connect(path)
     try:
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        listed = {
+            name: [
+                r[0]
+                for r in conn.execute("SELECT name FROM pragma_index_info(?)", (name,))
+            ]
+            for name in ("sessions_recent", "sessions_by_status")
+        }
     finally:
         conn.close()
     assert "sessions_by_status" in indexes  # version 3
     assert "cancel_requests" in indexes  # version 4
     assert "audit_by_scope" in indexes  # version 5
+    assert listed == {  # version 6
+        "sessions_recent": ["updated_at", "id", "listing"],
+        "sessions_by_status": ["status", "updated_at", "id", "listing"],
+    }
 
 
 def test_the_v2_step_is_idempotent(tmp_path: Path) -> None:
@@ -224,7 +236,7 @@ def _migrations(path: Path) -> list[tuple[int, int]]:
 async def test_migration_is_idempotent(db_path: Path) -> None:
     await _stored_db(db_path)
     before = _snapshot(db_path.parent)
-    assert [v for v, _ in _migrations(db_path)] == [1, 2, 3, 4, 5]
+    assert [v for v, _ in _migrations(db_path)] == list(range(1, SCHEMA_VERSION + 1))
     backend = SqlitePersistence(SqliteConfig(path=db_path))
     try:
         assert await backend.has("s")
@@ -303,3 +315,38 @@ def test_concurrent_first_opens_migrate_once_soak(
     tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     _migration_races(2000, tmp_path, spawn_worker)
+
+
+def _json_missing(conn: sqlite3.Connection) -> None:
+    def refuse(*_: object) -> str:
+        raise sqlite3.OperationalError("no such function: json_object")
+
+    conn.create_function("json_object", -1, refuse)
+
+
+@pytest.mark.parametrize("lacks", ["generated columns", "JSON functions"])
+@pytest.mark.asyncio
+async def test_a_sqlite_without_what_version_6_needs_is_refused_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lacks: str
+) -> None:
+    path = _v1_fixture(tmp_path / "store")
+    before = path.read_bytes()
+    if lacks == "generated columns":
+        monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 30, 1))
+    else:
+        connect = schema_module._connect  # pyright: ignore[reportPrivateUsage]
+
+        def without_json(path: Path) -> sqlite3.Connection:
+            conn = connect(path)
+            _json_missing(conn)
+            return conn
+
+        monkeypatch.setattr(schema_module, "_connect", without_json)
+    backend = SqlitePersistence(SqliteConfig(path=path))
+    try:
+        with pytest.raises(StorageError, match=f"has no {lacks}.*nothing was changed"):
+            await backend.claim("golden-parent")
+    finally:
+        await backend.aclose()
+    assert path.read_bytes() == before
+    assert [v for v, _ in _migrations(path)] == [1]

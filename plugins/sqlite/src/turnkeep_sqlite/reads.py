@@ -86,20 +86,14 @@ _LOAD_META: Final = (
     "updated_at, title, first_prompt, status, next_seq, turns, size "
     "FROM sessions WHERE id = ? AND next_seq > 0"
 )
-_LIST_COLUMNS: Final = (
-    "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
-    "updated_at, title, first_prompt, status, next_seq, turns, size "
-    "FROM sessions"
-)
+# A listing reads `sessions.listing` from an index alone (schema step 6).
+_LIST_COLUMNS: Final = "SELECT listing FROM sessions"
 _LIST_FIRST: Final = (
-    "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
-    "updated_at, title, first_prompt, status, next_seq, turns, size "
-    "FROM sessions WHERE next_seq > 0 ORDER BY updated_at DESC, id LIMIT ?"
+    "SELECT listing FROM sessions WHERE next_seq > 0 "
+    "ORDER BY updated_at DESC, id LIMIT ?"
 )
 _LIST_AFTER: Final = (
-    "SELECT id, format_version, created_at, cwd, parent_id, parent_seq, "
-    "updated_at, title, first_prompt, status, next_seq, turns, size "
-    "FROM sessions WHERE next_seq > 0 "
+    "SELECT listing FROM sessions WHERE next_seq > 0 "
     "AND (updated_at < ?1 OR (updated_at = ?1 AND id > ?2)) "
     "ORDER BY updated_at DESC, id LIMIT ?3"
 )
@@ -108,6 +102,7 @@ _TAIL_META: Final = (
 )
 _cursor_encoder: Final = msgspec.json.Encoder()
 _cursor_decoder: Final = msgspec.json.Decoder(tuple[int, str])
+_listing_decoder: Final = msgspec.json.Decoder(SessionMeta)
 
 
 class Outdated(Exception):
@@ -450,21 +445,46 @@ def list_page(
             rows = conn.execute(_LIST_FIRST, (limit + 1,)).fetchall()
         else:
             rows = conn.execute(_LIST_AFTER, (*after, limit + 1)).fetchall()
+        metas = _listed(rows)
     elif where.statuses is None:
-        rows = _filtered(conn, None, where, after, limit + 1)
+        metas = _listed(_filtered(conn, None, where, after, limit + 1))
     else:
         ranges = [
-            _filtered(conn, status, where, after, limit + 1)
+            _listed(_filtered(conn, status, where, after, limit + 1))
             for status in sorted(where.statuses)
         ]
-        rows = list(islice(heapq.merge(*ranges, key=_row_order), limit + 1))
-    more = len(rows) > limit
-    items = [_meta(r) for r in rows[:limit]]
+        metas = list(islice(heapq.merge(*ranges, key=_order), limit + 1))
+    more = len(metas) > limit
+    items = metas[:limit]
     next_cursor = None
     if more:
         last = items[-1]
         next_cursor = encode_cursor(last.summary.updated_at, last.id)
     return SessionPage(items=items, next_cursor=next_cursor)
+
+
+def _listed(rows: list[tuple[str]]) -> list[SessionMeta]:
+    """Decode `sessions.listing` values.
+
+    Raises:
+        SessionCorruptError: a row's values are not a session's metadata
+            (the database was edited: the schema's checks let it through).
+    """
+    decode = _listing_decoder.decode
+    metas: list[SessionMeta] = []
+    add = metas.append
+    for (listing,) in rows:
+        try:
+            add(decode(listing))
+        except msgspec.DecodeError as exc:
+            session_id = str(msgspec.json.decode(listing)["header"]["id"])
+            raise SessionCorruptError(
+                f"session {session_id!r}: its row in `sessions` holds values "
+                f"that are not a session's metadata ({exc}); the database was "
+                "damaged or edited",
+                session_id=session_id,
+            ) from exc
+    return metas
 
 
 def _filtered(
@@ -500,8 +520,8 @@ def filter_query(
     return " ".join(sql), params
 
 
-def _row_order(row: tuple[Any, ...]) -> tuple[int, str]:
-    return (-row[6], row[0])  # (updated_at DESC, id), as the queries order
+def _order(meta: SessionMeta) -> tuple[int, str]:
+    return (-meta.summary.updated_at, meta.id)  # as the queries order
 
 
 def encode_cursor(updated_at: int, session_id: str) -> str:

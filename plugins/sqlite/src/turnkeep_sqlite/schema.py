@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("turnkeep_sqlite")
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The schema this code writes, and the newest it reads.
 
 1: sessions, events, schema_migrations. 2: `sessions.turns` and
@@ -55,7 +55,9 @@ the events of existing sessions. 3: the index `sessions_by_status`, which
 serves `list` filtered by status. 4: the table `cancel_requests` (each
 session's latest request to cancel its running turn, from any process).
 5: the table `audit` (the audit trail: each session's records, deleted
-with it, and the store's log, `session_key` NULL).
+with it, and the store's log, `session_key` NULL). 6: the generated column
+`sessions.listing` (a session's metadata as the JSON `list` returns),
+carried by both listing indexes so a page is read from an index alone.
 """
 
 APPLICATION_ID: Final = 0x544B5351
@@ -100,6 +102,70 @@ def _turns_and_size(conn: sqlite3.Connection) -> None:
         "coalesce(sum(length(raw)), 0) "
         "FROM events WHERE session_key = sessions.key AND seq < sessions.next_seq)"
     )
+
+
+LISTING: Final = (
+    "json_object("
+    "'header', json_object('id', id, 'format_version', format_version, "
+    "'created_at', created_at, 'cwd', cwd, 'parent', CASE WHEN parent_id IS NULL "
+    "THEN NULL ELSE json_object('session_id', parent_id, 'seq', parent_seq) END), "
+    "'summary', json_object('updated_at', updated_at, 'title', title, "
+    "'first_prompt', first_prompt, 'status', status, 'event_count', next_seq, "
+    "'turns', turns, 'size', size))"
+)
+"""`sessions.listing`: the row as `turnkeep.meta.SessionMeta` encodes it."""
+
+
+def _listing(conn: sqlite3.Connection) -> None:
+    """Version 6: `sessions.listing`, and both listing indexes carrying it.
+
+    A listing handed to Python as 13 columns a row spent most of its time
+    converting values (one Python object each); as one JSON text decoded
+    by msgspec it costs about half. The column is generated (`VIRTUAL`), so
+    no write path can let it drift from the columns it is made of, and the
+    indexes store it, so a page never computes it nor visits the table. An
+    index on a generated column is kept by SQLite on every write of the row.
+
+    Raises:
+        StorageError: this SQLite has no generated columns (before 3.31) or
+            no JSON functions (built without them); the migration's
+            transaction rolls back, so the file stays as it was.
+    """
+    missing = _listing_unsupported(conn)
+    if missing is not None:
+        raise StorageError(
+            f"the SQLite library this Python uses ({sqlite3.sqlite_version}) "
+            f"{missing}, which schema version 6 needs; nothing was changed. "
+            "Use a Python whose sqlite3 module is built on SQLite 3.31 or "
+            "newer with its JSON functions (any from 3.38 on)."
+        )
+    columns = {row[1] for row in conn.execute("PRAGMA table_xinfo(sessions)")}
+    if "listing" not in columns:
+        conn.execute(
+            "ALTER TABLE sessions ADD COLUMN listing TEXT "
+            f"GENERATED ALWAYS AS ({LISTING}) VIRTUAL"
+        )
+    conn.execute("DROP INDEX IF EXISTS sessions_recent")
+    conn.execute("DROP INDEX IF EXISTS sessions_by_status")
+    conn.execute(
+        "CREATE INDEX sessions_recent ON sessions (updated_at DESC, id, listing) "
+        "WHERE next_seq > 0"
+    )
+    conn.execute(
+        "CREATE INDEX sessions_by_status "
+        "ON sessions (status, updated_at DESC, id, listing) WHERE next_seq > 0"
+    )
+
+
+def _listing_unsupported(conn: sqlite3.Connection) -> str | None:
+    """What this SQLite lacks for `_listing`, or `None`."""
+    if sqlite3.sqlite_version_info < (3, 31, 0):
+        return "has no generated columns"
+    try:
+        conn.execute("SELECT json_object('a', 1)").fetchone()
+    except sqlite3.OperationalError:
+        return "has no JSON functions"
+    return None
 
 
 # One step per version, each run in the migration's one transaction
@@ -196,6 +262,7 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
             """CREATE INDEX IF NOT EXISTS audit_by_session ON audit (session_key)""",
         ),
     ),
+    (6, _listing),
 )
 
 _CANTOPEN: Final = 14
@@ -350,7 +417,7 @@ def _connect_reader(
         conn.execute("PRAGMA query_only = ON")
         # Bounded reads (R15): a stored value over the limit fails the query
         # with SQLITE_TOOBIG instead of being allocated.
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_event_bytes + 1024)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, read_limit(config))
     except BaseException:
         conn.close()
         raise
@@ -431,9 +498,23 @@ def empty_database(config: SqliteConfig) -> sqlite3.Connection:
     """
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     _migrate(conn, Path(":memory:"), pid=os.getpid())
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, config.max_event_bytes + 1024)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, read_limit(config))
     conn.execute("PRAGMA query_only = ON")
     return conn
+
+
+READ_MARGIN: Final = 4096
+"""Bytes a reader's values may take beyond `max_event_bytes`.
+
+The limit binds every string SQLite hands over, the schema's own text
+included (the `sessions` table's is ~1,700 bytes since step 6), so even
+the smallest `max_event_bytes` leaves room to open the file and list it.
+"""
+
+
+def read_limit(config: SqliteConfig) -> int:
+    """`SQLITE_LIMIT_LENGTH` of a reader connection (R15)."""
+    return config.max_event_bytes + READ_MARGIN
 
 
 def check_schema_version(conn: sqlite3.Connection, path: Path) -> None:
