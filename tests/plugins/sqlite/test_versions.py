@@ -350,3 +350,98 @@ async def test_a_sqlite_without_what_version_6_needs_is_refused_unchanged(
         await backend.aclose()
     assert path.read_bytes() == before
     assert [v for v, _ in _migrations(path)] == [1]
+
+
+def _v5_store(path: Path) -> None:
+    """A version-5 database built by the first five steps, with rows in
+    every table that references `sessions`."""
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("BEGIN")
+        for version, step in schema_module._MIGRATIONS[:5]:  # pyright: ignore[reportPrivateUsage]
+            step(conn)
+            conn.execute(f"PRAGMA user_version = {version:d}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+        records = turn_records(0, 0, sizes=[5, 7, 7])  # 4 events, one turn
+        for key, sid in ((1, "a"), (2, "b")):
+            conn.execute(
+                "INSERT INTO sessions (key, id, format_version, created_at, cwd, "
+                "updated_at, title, next_seq, turns, size) "
+                "VALUES (?, ?, 2, 1, '/w', ?, ?, ?, 1, 0)",
+                (key, sid, 10 + key, f"title {sid}", len(records)),
+            )
+            for record in records:
+                conn.execute(
+                    "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                    (key, record.seq, record.type, record.time, record.raw),
+                )
+            conn.execute(
+                "UPDATE sessions SET size = "
+                "(SELECT sum(length(raw)) FROM events WHERE session_key = ?) "
+                "WHERE key = ?",
+                (key, key),
+            )
+            conn.execute("INSERT INTO cancel_requests VALUES (?, 1, 'stop', 5)", (key,))
+            conn.execute(
+                "INSERT INTO audit (session_key, number, at, action, session_id, "
+                "reason, host, pid, detail) "
+                "VALUES (?, 1, 5, 'test', ?, 'r', 'h', 1, '{}')",
+                (key, sid),
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()  # noqa: S608 - test tables
+            for table in ("events", "cancel_requests", "audit")
+        }
+    finally:
+        conn.close()
+
+
+@pytest.mark.asyncio
+async def test_version_6_rebuilds_sessions_keeping_every_row_that_references_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store" / "s.sqlite3"
+    _v5_store(path)
+    before = _rows(path)
+    assert [len(rows) for rows in before.values()] == [8, 2, 2]
+    backend = SqlitePersistence(SqliteConfig(path=path))
+    try:
+        listed = {m.id: m for m in (await backend.list()).items}
+        assert list(listed) == ["b", "a"]  # newest first
+        for sid, meta in listed.items():
+            loaded = await backend.load(sid)
+            assert loaded.meta == meta
+            assert len(loaded.events) == 4
+            assert meta.summary.title == f"title {sid}"
+            assert meta.summary.size == sum(map(len, loaded.events))
+        assert _rows(path) == before
+        # The foreign keys hold again: deleting a session takes its rows.
+        await backend.delete("a")
+    finally:
+        await backend.aclose()
+    after = _rows(path)
+    assert all(row[0] == 2 for row in after["events"])
+    assert [row[0] for row in after["cancel_requests"]] == [2]
+    assert [row[1] for row in after["audit"]] == [2]
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'sessions'"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert "STORED" in sql
+    assert [v for v, _ in _migrations(path)] == [6]  # the first five were by hand
