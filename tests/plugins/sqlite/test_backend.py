@@ -508,11 +508,13 @@ async def test_delete_zeroes_what_it_frees_even_where_sqlite_would_not(
 async def test_a_listing_is_read_from_its_index_alone(
     store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
 ) -> None:
-    # `sessions.listing` is generated: a query that had to compute it (or
-    # read the table for it) would call json_object per row.
+    # Read from the table, each row would cost a seek and a second page.
     for n in range(5):
         await _stored(store, f"s{n}")
     conn = raw_db()
+    (root,) = conn.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 'sessions'"
+    ).fetchone()
     window = ListFilter(updated_after=1, updated_before=10**13)
     queries = [(reads._LIST_FIRST, (10,)), (reads._LIST_AFTER, (5, "s3", 10))]
     queries += [
@@ -522,9 +524,11 @@ async def test_a_listing_is_read_from_its_index_alone(
     ]
     for sql, args in queries:
         program = conn.execute(f"EXPLAIN {sql}", args).fetchall()
-        calls = [row for row in program if "json" in str(row[4])]
-        assert calls == [], (sql, calls)
-        assert any(row[1] == "ResultRow" for row in program)
+        # (addr, opcode, p1, p2, ...): OpenRead p1 = cursor, p2 = root page.
+        (table,) = [r[2] for r in program if r[1] == "OpenRead" and r[3] == root]
+        reads_of_table = [r for r in program if r[1] == "Column" and r[2] == table]
+        assert reads_of_table == [], (sql, reads_of_table)
+        assert [r for r in program if "json" in str(r[4])] == [], sql
 
 
 _TEXTS = st.one_of(
@@ -593,3 +597,53 @@ async def test_a_row_edited_to_values_no_session_has_lists_as_corrupt(
         assert info.value.session_id == "edited"
     conn.execute("UPDATE sessions SET created_at = 1 WHERE id = 'edited'")
     assert {m.id for m in (await store.list()).items} == {"good", "edited"}
+
+
+@pytest.mark.asyncio
+async def test_a_listing_longer_than_one_value_may_be_is_listed(
+    db_path: Path,
+) -> None:
+    # Each text field is under a reader's value limit, but the listing
+    # holds them all, escaped (a control character takes 6 bytes).
+    backend = SqlitePersistence(SqliteConfig(path=db_path, max_event_bytes=1000))
+    try:
+        await backend.create(meta("s"))
+        text = "\x01" * 1000
+        summary = SessionSummary(title=text, first_prompt=text, updated_at=5)
+        await backend.append("s", turn_records(0, 0), summary=summary)
+        (listed,) = (await backend.list()).items
+        assert listed == (await backend.load("s")).meta
+        assert (listed.summary.title, listed.summary.first_prompt) == (text, text)
+        where = ListFilter(statuses=frozenset({"active"}))
+        assert (await backend.list(where=where)).items == [listed]
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_row_whose_listing_is_not_json_lists_as_corrupt(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    await _stored(store, "edited")
+    conn = raw_db()
+    # An infinite REAL: SQLite writes it into the JSON as no JSON number.
+    conn.execute("UPDATE sessions SET created_at = 9e999 WHERE id = 'edited'")
+    with pytest.raises(SessionCorruptError, match="'edited'") as info:
+        await store.list()
+    assert info.value.session_id == "edited"
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_row_past_the_page_does_not_fail_the_page(
+    store: SqlitePersistence, raw_db: Callable[[], sqlite3.Connection]
+) -> None:
+    for n in range(3):
+        await _stored(store, f"s{n}")
+    conn = raw_db()
+    order = [m.id for m in (await store.list()).items]
+    conn.execute("UPDATE sessions SET created_at = 1.5 WHERE id = ?", (order[-1],))
+    for where in (None, ListFilter(statuses=frozenset({"active", "idle"}))):
+        page = await store.list(limit=2, where=where)
+        assert [m.id for m in page.items] == order[:2]
+        with pytest.raises(SessionCorruptError):
+            await store.list(limit=2, cursor=page.next_cursor, where=where)

@@ -321,35 +321,89 @@ def _json_missing(conn: sqlite3.Connection) -> None:
     def refuse(*_: object) -> str:
         raise sqlite3.OperationalError("no such function: json_object")
 
-    conn.create_function("json_object", -1, refuse)
+    conn.create_function("json_object", -1, refuse, deterministic=True)
 
 
+def _lacking(monkeypatch: pytest.MonkeyPatch, lacks: str) -> None:
+    """Make this SQLite look older, or its writer connections JSON-less."""
+    if lacks == "generated columns":
+        monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 30, 1))
+        return
+    connect = schema_module._connect  # pyright: ignore[reportPrivateUsage]
+
+    def without_json(path: Path) -> sqlite3.Connection:
+        conn = connect(path)
+        _json_missing(conn)
+        return conn
+
+    monkeypatch.setattr(schema_module, "_connect", without_json)
+
+
+@pytest.mark.parametrize("operation", ["write", "read"])
 @pytest.mark.parametrize("lacks", ["generated columns", "JSON functions"])
 @pytest.mark.asyncio
 async def test_a_sqlite_without_what_version_6_needs_is_refused_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lacks: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lacks: str, operation: str
 ) -> None:
     path = _v1_fixture(tmp_path / "store")
     before = path.read_bytes()
-    if lacks == "generated columns":
-        monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 30, 1))
-    else:
-        connect = schema_module._connect  # pyright: ignore[reportPrivateUsage]
-
-        def without_json(path: Path) -> sqlite3.Connection:
-            conn = connect(path)
-            _json_missing(conn)
-            return conn
-
-        monkeypatch.setattr(schema_module, "_connect", without_json)
+    _lacking(monkeypatch, lacks)
     backend = SqlitePersistence(SqliteConfig(path=path))
     try:
-        with pytest.raises(StorageError, match=f"has no {lacks}.*nothing was changed"):
-            await backend.claim("golden-parent")
+        attempt = backend.claim("golden-parent") if operation == "write" else None
+        with pytest.raises(
+            UnsupportedFormatError, match=f"has no {lacks}.*nothing was changed"
+        ) as info:
+            await (attempt if attempt is not None else backend.list())
+        # A read that needs the migration says what is missing, not that
+        # the file should be made writable.
+        assert "write access" not in str(info.value)
     finally:
         await backend.aclose()
     assert path.read_bytes() == before
     assert [v for v, _ in _migrations(path)] == [1]
+
+
+@pytest.mark.asyncio
+async def test_a_version_6_file_is_not_written_by_a_sqlite_without_json(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _stored_db(db_path)  # migrated to version 6 already
+    _lacking(monkeypatch, "JSON functions")
+    backend = SqlitePersistence(SqliteConfig(path=db_path))
+    try:
+        assert [m.id for m in (await backend.list()).items] == ["s"]  # reads work
+        with pytest.raises(UnsupportedFormatError, match="has no JSON functions"):
+            await backend.claim("s")
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_row_holding_a_blob_where_text_belongs_stops_the_migration_unchanged(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store" / "s.sqlite3"
+    _v5_store(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("UPDATE sessions SET title = x'00ff' WHERE id = 'b'")
+    finally:
+        conn.close()
+    before = _rows(path)
+    backend = SqlitePersistence(SqliteConfig(path=path))
+    try:
+        with pytest.raises(StorageError, match=r"'b' hold a BLOB.*nothing was changed"):
+            await backend.claim("a")
+    finally:
+        await backend.aclose()
+    assert _rows(path) == before
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 0
+    finally:
+        conn.close()
 
 
 def _v5_store(path: Path) -> None:
@@ -366,7 +420,8 @@ def _v5_store(path: Path) -> None:
             conn.execute(f"PRAGMA user_version = {version:d}")
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
         records = turn_records(0, 0, sizes=[5, 7, 7])  # 4 events, one turn
-        for key, sid in ((1, "a"), (2, "b")):
+        # Keys neither contiguous nor in id order: a rebuild must copy them.
+        for key, sid in ((9, "a"), (4, "b")):
             conn.execute(
                 "INSERT INTO sessions (key, id, format_version, created_at, cwd, "
                 "updated_at, title, next_seq, turns, size) "
@@ -418,7 +473,7 @@ async def test_version_6_rebuilds_sessions_keeping_every_row_that_references_it(
     backend = SqlitePersistence(SqliteConfig(path=path))
     try:
         listed = {m.id: m for m in (await backend.list()).items}
-        assert list(listed) == ["b", "a"]  # newest first
+        assert list(listed) == ["a", "b"]  # newest first
         for sid, meta in listed.items():
             loaded = await backend.load(sid)
             assert loaded.meta == meta
@@ -431,9 +486,9 @@ async def test_version_6_rebuilds_sessions_keeping_every_row_that_references_it(
     finally:
         await backend.aclose()
     after = _rows(path)
-    assert all(row[0] == 2 for row in after["events"])
-    assert [row[0] for row in after["cancel_requests"]] == [2]
-    assert [row[1] for row in after["audit"]] == [2]
+    assert all(row[0] == 4 for row in after["events"])
+    assert [row[0] for row in after["cancel_requests"]] == [4]
+    assert [row[1] for row in after["audit"]] == [4]
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
@@ -444,4 +499,10 @@ async def test_version_6_rebuilds_sessions_keeping_every_row_that_references_it(
     finally:
         conn.close()
     assert "STORED" in sql
+    conn = sqlite3.connect(path)
+    try:
+        keys = conn.execute("SELECT id, key FROM sessions ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    assert keys == [("b", 4)]
     assert [v for v, _ in _migrations(path)] == [6]  # the first five were by hand

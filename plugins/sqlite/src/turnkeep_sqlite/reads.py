@@ -80,14 +80,15 @@ MAX_CURSOR_CHARS: Final = 2048
 """Longer `list` cursors are refused before they are decoded."""
 
 _TOOBIG: Final = 18
-# Every query below selects the metadata columns in this order (see `_meta`).
+# Selects the metadata columns in this order (see `_meta`).
 _LOAD_META: Final = (
     "SELECT key, id, format_version, created_at, cwd, parent_id, parent_seq, "
     "updated_at, title, first_prompt, status, next_seq, turns, size "
     "FROM sessions WHERE id = ? AND next_seq > 0"
 )
-# A listing reads `sessions.listing` from an index alone (schema step 6).
-_LIST_COLUMNS: Final = "SELECT listing FROM sessions"
+# A listing reads `sessions.listing` from an index alone (schema step 6);
+# a filtered one also its order, to merge the ranges of several statuses.
+_LIST_COLUMNS: Final = "SELECT updated_at, id, listing FROM sessions"
 _LIST_FIRST: Final = (
     "SELECT listing FROM sessions WHERE next_seq > 0 "
     "ORDER BY updated_at DESC, id LIMIT ?"
@@ -440,30 +441,53 @@ def list_page(
     page deep). Time bounds narrow the range (`updated_at` leads both).
     """
     after = None if cursor is None else decode_cursor(cursor)
-    if where is None or where.is_empty:
-        if after is None:
-            rows = conn.execute(_LIST_FIRST, (limit + 1,)).fetchall()
+    with _listing_room(conn):
+        if where is None or where.is_empty:
+            if after is None:
+                found = conn.execute(_LIST_FIRST, (limit + 1,))
+            else:
+                found = conn.execute(_LIST_AFTER, (*after, limit + 1))
+            listings: list[str] = list(chain.from_iterable(found))
+        elif where.statuses is None:
+            rows = _filtered(conn, None, where, after, limit + 1)
+            listings = [row[2] for row in rows]
         else:
-            rows = conn.execute(_LIST_AFTER, (*after, limit + 1)).fetchall()
-        metas = _listed(rows)
-    elif where.statuses is None:
-        metas = _listed(_filtered(conn, None, where, after, limit + 1))
-    else:
-        ranges = [
-            _listed(_filtered(conn, status, where, after, limit + 1))
-            for status in sorted(where.statuses)
-        ]
-        metas = list(islice(heapq.merge(*ranges, key=_order), limit + 1))
-    more = len(metas) > limit
-    items = metas[:limit]
+            ranges = [
+                _filtered(conn, status, where, after, limit + 1)
+                for status in sorted(where.statuses)
+            ]
+            merged = islice(heapq.merge(*ranges, key=_row_order), limit + 1)
+            listings = [row[2] for row in merged]
+        # Only the page is decoded: the row past it only says there is more.
+        items = _listed(conn, listings[:limit])
     next_cursor = None
-    if more:
+    if len(listings) > limit:
         last = items[-1]
         next_cursor = encode_cursor(last.summary.updated_at, last.id)
     return SessionPage(items=items, next_cursor=next_cursor)
 
 
-def _listed(rows: list[tuple[str]]) -> list[SessionMeta]:
+_LISTING_ROOM: Final = 25
+"""How many times a reader's value limit a `listing` may take.
+
+A listing holds a session's text columns together (id, cwd, the parent's
+id, title, first prompt), each JSON-escaped (up to 6 bytes a character):
+under the limit one by one, they can exceed it together.
+"""
+
+
+@contextlib.contextmanager
+def _listing_room(conn: sqlite3.Connection) -> Generator[None]:
+    """Let values of up to `_LISTING_ROOM` times the reader's limit through."""
+    limit = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, -1)  # -1: only reads it
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit * _LISTING_ROOM)
+    try:
+        yield
+    finally:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+
+
+def _listed(conn: sqlite3.Connection, listings: list[str]) -> list[SessionMeta]:
     """Decode `sessions.listing` values.
 
     Raises:
@@ -473,11 +497,16 @@ def _listed(rows: list[tuple[str]]) -> list[SessionMeta]:
     decode = _listing_decoder.decode
     metas: list[SessionMeta] = []
     add = metas.append
-    for (listing,) in rows:
+    for listing in listings:
         try:
             add(decode(listing))
         except msgspec.DecodeError as exc:
-            session_id = str(msgspec.json.decode(listing)["header"]["id"])
+            # Not from the JSON: a damaged value need not be valid JSON
+            # (SQLite writes an infinite REAL as `Inf`).
+            row = conn.execute(
+                "SELECT id FROM sessions WHERE listing = ?", (listing,)
+            ).fetchone()
+            session_id = "?" if row is None else str(row[0])
             raise SessionCorruptError(
                 f"session {session_id!r}: its row in `sessions` holds values "
                 f"that are not a session's metadata ({exc}); the database was "
@@ -520,8 +549,8 @@ def filter_query(
     return " ".join(sql), params
 
 
-def _order(meta: SessionMeta) -> tuple[int, str]:
-    return (-meta.summary.updated_at, meta.id)  # as the queries order
+def _row_order(row: tuple[Any, ...]) -> tuple[int, str]:
+    return (-row[0], row[1])  # (updated_at DESC, id), as the queries order
 
 
 def encode_cursor(updated_at: int, session_id: str) -> str:

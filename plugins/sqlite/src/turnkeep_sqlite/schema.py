@@ -171,23 +171,23 @@ def _listing(conn: sqlite3.Connection) -> None:
     added by `ALTER TABLE`, so the table is rebuilt, as SQLite's manual
     describes: a new table, the rows copied with their keys (which the
     other tables reference), the old one dropped (with foreign keys off,
-    see `_migrate`, so nothing cascades) and the new one renamed.
+    see `_migrate`, so nothing cascades) and the new one renamed. A
+    refusal rolls the migration's transaction back: the file stays as it
+    was.
 
     Raises:
-        StorageError: this SQLite has no generated columns (before 3.31) or
-            no JSON functions (built without them); the migration's
-            transaction rolls back, so the file stays as it was.
+        UnsupportedFormatError: this SQLite has no generated columns (before
+            3.31) or no JSON functions (built without them).
+        StorageError: a session row holds a BLOB where text belongs (an
+            edited file), which no JSON value can hold.
     """
-    missing = _listing_unsupported(conn)
-    if missing is not None:
-        raise StorageError(
-            f"the SQLite library this Python uses ({sqlite3.sqlite_version}) "
-            f"{missing}, which schema version 6 needs; nothing was changed. "
-            "Use a Python whose sqlite3 module is built on SQLite 3.31 or "
-            "newer with its JSON functions (any from 3.38 on)."
-        )
+    require_sqlite(conn)
+    if conn.execute("PRAGMA foreign_keys").fetchone()[0]:
+        # Dropping the old table would delete every row that references it.
+        raise StorageError("schema step 6 must run with foreign keys off")
     columns = {row[1] for row in conn.execute("PRAGMA table_xinfo(sessions)")}
     if "listing" not in columns:
+        _refuse_blobs(conn)
         conn.execute("DROP TABLE IF EXISTS sessions_v6")
         conn.execute(_SESSIONS_V6)
         conn.execute(
@@ -208,15 +208,51 @@ def _listing(conn: sqlite3.Connection) -> None:
     )
 
 
-def _listing_unsupported(conn: sqlite3.Connection) -> str | None:
-    """What this SQLite lacks for `_listing`, or `None`."""
-    if sqlite3.sqlite_version_info < (3, 31, 0):
-        return "has no generated columns"
-    try:
-        conn.execute("SELECT json_object('a', 1)").fetchone()
-    except sqlite3.OperationalError:
-        return "has no JSON functions"
-    return None
+_MIN_SQLITE: Final = (3, 31, 0)
+"""The oldest SQLite with generated columns (schema version 6)."""
+
+
+def require_sqlite(conn: sqlite3.Connection | None = None) -> None:
+    """Refuse an SQLite that cannot keep schema version 6.
+
+    Without `conn`, its version only (enough for a reader, which never
+    computes `sessions.listing`); with it, its JSON functions too.
+
+    Raises:
+        UnsupportedFormatError: it cannot, and says which to use instead.
+    """
+    missing = None
+    if sqlite3.sqlite_version_info < _MIN_SQLITE:
+        missing = "has no generated columns"
+    elif conn is not None:
+        try:
+            conn.execute("SELECT json_object('a', 1)").fetchone()
+        except sqlite3.OperationalError:
+            missing = "has no JSON functions"
+    if missing is not None:
+        raise UnsupportedFormatError(
+            f"the SQLite library this Python uses ({sqlite3.sqlite_version}) "
+            f"{missing}, which turnkeep-sqlite's schema version 6 needs; "
+            "nothing was changed. Use a Python whose sqlite3 module is built "
+            "on SQLite 3.31 or newer with its JSON functions (any from 3.38 on)."
+        )
+
+
+def _refuse_blobs(conn: sqlite3.Connection) -> None:
+    """Refuse rows whose text columns hold BLOBs (`json_object` cannot)."""
+    found = conn.execute(
+        "SELECT quote(id) FROM sessions WHERE 'blob' IN (typeof(id), typeof(cwd), "
+        "typeof(parent_id), typeof(title), typeof(first_prompt)) LIMIT 5"
+    ).fetchall()
+    if found:
+        names = ", ".join(row[0] for row in found)
+        raise StorageError(
+            f"session row(s) {names} hold a BLOB in a text column (id, cwd, "
+            "parent_id, title or first_prompt): the file was edited. Schema "
+            "version 6 cannot be made while they do; nothing was changed. Set "
+            "those values to text or NULL (or delete the rows), then open the "
+            "store again."
+        )
 
 
 # One step per version, each run in the migration's one transaction
@@ -359,12 +395,14 @@ def connect_writer(
     otherwise the migration transaction's own check refuses it.
 
     Raises:
-        UnsupportedFormatError: the database is of a newer schema.
+        UnsupportedFormatError: the database is of a newer schema, or this
+            SQLite cannot keep the current one (`require_sqlite`).
         ConfigurationError: the settings cannot be made durable.
         StorageError: SQLite failed, or the file is not turnkeep's.
     """
     path = config.path
     deadline = time.monotonic() + config.busy_timeout_ms / 1000
+    require_sqlite()
     try:
         if probe_header:
             _probe_version(path)
@@ -380,6 +418,7 @@ def connect_writer(
         conn.execute("PRAGMA fullfsync = ON")  # macOS: F_FULLFSYNC; no-op elsewhere
         conn.execute("PRAGMA checkpoint_fullfsync = ON")
         retry_busy(lambda: _migrate(conn, path, pid=pid), deadline=deadline, path=path)
+        require_sqlite(conn)  # a file at version 6 already: its writes need JSON
     except sqlite3.Error as exc:
         conn.close()
         raise storage_error(exc, "opening", path) from exc
@@ -405,12 +444,14 @@ def connect_reader(
     locks and must be used for one read only.
 
     Raises:
-        UnsupportedFormatError: the database is of a newer schema.
+        UnsupportedFormatError: the database is of a newer schema, or this
+            SQLite cannot keep the current one (`require_sqlite`).
         StorageError: the file cannot be opened for reading, or is not
             turnkeep's.
     """
     path = config.path
     deadline = time.monotonic() + config.busy_timeout_ms / 1000
+    require_sqlite()
     writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
     immutable = False
     try:
