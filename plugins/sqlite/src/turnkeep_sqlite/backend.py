@@ -270,6 +270,12 @@ class SqlitePersistence:
 
         From the indexes alone: `sessions_recent`, or `sessions_by_status`
         per status asked for.
+
+        Raises:
+            ValueError: `limit` < 1.
+            InvalidCursorError: `cursor` is not one this backend made.
+            SessionCorruptError: a session on the page has a row no session
+                has (the file was edited); it names the session.
         """
         if limit <= 0:
             raise ValueError("limit must be positive")
