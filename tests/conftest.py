@@ -15,6 +15,7 @@ are derandomized unless `HYPOTHESIS_PROFILE=explore`.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
@@ -48,9 +49,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Make `--soak` visible to code that checks the environment."""
+    """Make `--soak` visible to code that checks the environment.
+
+    Let the `turnkeep` processes the CLI tests start take Ctrl-C.
+    """
     if config.getoption("--soak"):
         os.environ["TURNKEEP_SOAK"] = "1"
+    # A run started in the background by a non-interactive shell (`cmd &`,
+    # as a CI runner may) inherits SIGINT ignored, and so would every process
+    # it starts: the tests that SIGINT a `turnkeep` command would wait for an
+    # exit that never comes. A handler, unlike SIG_IGN, is reset to the
+    # default at exec, so the children start as a terminal would start them.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(
