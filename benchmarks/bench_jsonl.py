@@ -328,9 +328,14 @@ async def _populate_many(root: Path) -> None:
     for i in range(LIST_SESSIONS):
         session_id = f"sess-{i:06d}"
         title = f"Session {i}: {workload.text()[:60]}"
-        await backend.create(meta(session_id, title))
+        created = meta(session_id, title)
+        await backend.create(created)
+        # The title rides in the first flush, as the host's write-behind
+        # sends it: no sidecar of its own at creation (release writes one).
+        summary: SessionSummary | None = created.summary
         for events in workload.session(2):
-            await backend.append(session_id, records(events, codec))  # type: ignore[arg-type]
+            await backend.append(session_id, records(events, codec), summary=summary)  # type: ignore[arg-type]
+            summary = None
         await backend.release(session_id)
     await backend.aclose()
 
