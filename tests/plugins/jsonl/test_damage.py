@@ -228,6 +228,42 @@ def test_damage_in_the_last_two_flushes_with_the_last_commit_line_lost(
     assert parse(bytes(alone)) == written[: len(written) - last_events]
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param((14, 0x02), id="mark-name"),  # "commit" -> "commiv"
+        pytest.param((23, 0x04), id="quote"),  # the line stops being JSON
+    ],
+)
+def test_damage_to_the_last_two_commit_lines(
+    sample_log: bytes, damage: tuple[int, int]
+) -> None:
+    # Flush N-1's commit line no longer decodes and neither does N's: no
+    # control line is left to count units by, but N's events follow the line
+    # that closed N-1's events. A unit's write ends with its commit line and
+    # the next starts after its fsync, so N-1 was acknowledged and is damaged.
+    # (Found by the structured-mutation soak: seed 985315645, trial 749726.)
+    at, bit = damage
+    (before_start, before_end), (_, last_end) = units(sample_log)[-2:]
+    before_commit = sample_log.rfind(b"\n", 0, before_end - 1) + 1
+    last_commit = sample_log.rfind(b"\n", 0, last_end - 1) + 1
+    out = bytearray(sample_log)
+    out[before_commit + at] ^= bit
+    out[last_commit + 23] ^= 0x04  # N's commit line: not JSON any more
+    with pytest.raises(SessionCorruptError) as info:
+        parse(bytes(out))
+    assert info.value.offset == before_commit
+    # N-1's damaged commit line alone, as the log's last line, is a torn tail.
+    alone = bytearray(sample_log[:before_end])
+    alone[before_commit + at] ^= bit
+    written = parse(sample_log)
+    events_in_before = sample_log.count(b"\n", before_start, before_end) - 1
+    last_events = sample_log.count(b"\n", before_end, last_end) - 1
+    assert (
+        parse(bytes(alone)) == written[: len(written) - last_events - events_in_before]
+    )
+
+
 def test_truncation_at_every_offset_loads_the_flushes_before_it(
     sample_log: bytes,
 ) -> None:

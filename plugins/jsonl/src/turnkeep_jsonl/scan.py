@@ -4,8 +4,10 @@ Owns `scan`, the one reader of log files. It returns the whole units (owner,
 release and flush units) that validate, in order, and where they end; bytes
 after that end are a *tail*. A tail is legal only if it could be the single
 flush in flight at a crash: when any valid control line numbered two or more
-past the last good unit follows the first bad record, those damaged bytes had
-been made durable, so `SessionCorruptError` is raised with their offset.
+past the last good unit follows the first bad record, or an event of a later
+unit follows the commit line (intact or not) that closed a unit's events,
+those damaged bytes had been made durable, so `SessionCorruptError` is raised
+with their offset.
 
 The common case (an undamaged log) goes through a vectorised path that checks
 each unit with one CRC over its bytes; anything it cannot accept is handed to
@@ -464,6 +466,7 @@ def _slow(
     pending: list[bytes] = []  # event lines of the unit being read
     raws: list[bytes] = []
     bad: int | None = None
+    closed_at: int | None = None  # just past a bad line that closed a unit
     for offset, line in _lines(read, pos, size, max_line):
         if line is None:
             bad = offset
@@ -473,6 +476,8 @@ def _slow(
             region = b"".join([p + b"\n" for p in pending])
             if control is None:
                 bad = offset
+                if pending:
+                    closed_at = offset + len(line) + 1
                 break
             if not state.accept(
                 control, len(pending), region, count_stored_turn_ends(raws)
@@ -493,8 +498,16 @@ def _slow(
             break
         pending.append(line)
         raws.append(raw)
-    if bad is not None and _durable_after(
-        read, data_from, bad, size, state.flush + 2, max_line
+    if bad is not None and (
+        _durable_after(read, data_from, bad, size, state.flush + 2, max_line)
+        or (
+            # A control line that no longer decodes, where the unit's commit
+            # line stands, followed by an event of a later unit: a unit's
+            # write ends with its commit line and the next one starts only
+            # after it was fsynced, so this unit had been acknowledged.
+            closed_at is not None
+            and _later_event(read, closed_at, size, state.seq + len(pending), max_line)
+        )
     ):
         if not tolerate:
             raise _corrupt(header.id, bad, "a record is damaged")
