@@ -233,6 +233,7 @@ def test_damage_in_the_last_two_flushes_with_the_last_commit_line_lost(
     [
         pytest.param((14, 0x02), id="mark-name"),  # "commit" -> "commiv"
         pytest.param((23, 0x04), id="quote"),  # the line stops being JSON
+        pytest.param((2, 0x20), id="mark-prefix"),  # '{"Mark"': not a control line
     ],
 )
 def test_damage_to_the_last_two_commit_lines(

@@ -5,9 +5,9 @@ release and flush units) that validate, in order, and where they end; bytes
 after that end are a *tail*. A tail is legal only if it could be the single
 flush in flight at a crash: when any valid control line numbered two or more
 past the last good unit follows the first bad record, or an event of a later
-unit follows the commit line (intact or not) that closed a unit's events,
-those damaged bytes had been made durable, so `SessionCorruptError` is raised
-with their offset.
+unit follows the commit line (intact or not, readable as one or not) that
+closed a unit's events, those damaged bytes had been made durable, so
+`SessionCorruptError` is raised with their offset.
 
 The common case (an undamaged log) goes through a vectorised path that checks
 each unit with one CRC over its bytes; anything it cannot accept is handed to
@@ -466,7 +466,8 @@ def _slow(
     pending: list[bytes] = []  # event lines of the unit being read
     raws: list[bytes] = []
     bad: int | None = None
-    closed_at: int | None = None  # just past a bad line that closed a unit
+    closed_at: int | None = None  # just past a bad control line closing a unit
+    between: int | None = None  # just past an unreadable line after events
     for offset, line in _lines(read, pos, size, max_line):
         if line is None:
             bad = offset
@@ -495,18 +496,29 @@ def _slow(
         raw = unseal(line)
         if raw is None or event_seq(raw) != state.seq + len(pending):
             bad = offset
+            if raw is None and pending:
+                between = offset + len(line) + 1
             break
         pending.append(line)
         raws.append(raw)
+    after = state.seq + len(pending)  # the seq of the next unit's first event
     if bad is not None and (
         _durable_after(read, data_from, bad, size, state.flush + 2, max_line)
+        # A control line that no longer decodes, where the unit's commit line
+        # stands, followed by an event of a later unit: a unit's write ends
+        # with its commit line and the next one starts only after it was
+        # fsynced, so this unit had been acknowledged.
         or (
-            # A control line that no longer decodes, where the unit's commit
-            # line stands, followed by an event of a later unit: a unit's
-            # write ends with its commit line and the next one starts only
-            # after it was fsynced, so this unit had been acknowledged.
             closed_at is not None
-            and _later_event(read, closed_at, size, state.seq + len(pending), max_line)
+            and _later_event(read, closed_at, size, after, max_line)
+        )
+        # The same when the damage hit the line's `{"mark":` too: an
+        # unreadable line between the unit's events and the event that comes
+        # next in seq held no event, so it was the unit's commit line. (A hole
+        # a crash leaves in the flush in flight takes at least one event with
+        # it, and nothing of that flush follows its commit line.)
+        or (
+            between is not None and _next_event_is(read, between, size, after, max_line)
         )
     ):
         if not tolerate:
@@ -581,4 +593,14 @@ def _later_event(read: Reader, pos: int, size: int, seq: int, max_line: int) -> 
         raw = unseal(line)
         if raw is not None and (found := event_seq(raw)) is not None and found >= seq:
             return True
+    return False
+
+
+def _next_event_is(read: Reader, pos: int, size: int, seq: int, max_line: int) -> bool:
+    """Whether the line at `pos` is a valid event line numbered exactly `seq`."""
+    for _, line in _lines(read, pos, size, max_line):
+        if line is None or line.startswith(MARK):
+            return False
+        raw = unseal(line)
+        return raw is not None and event_seq(raw) == seq
     return False
