@@ -1,12 +1,15 @@
-"""CI and the test tooling: no green run without the PostgreSQL tests, timings.
+"""CI and the test tooling: no green run without the PostgreSQL and browser tests.
 
 - `.ci/run` stops with an error when the installed server will not start,
   and otherwise runs `make test` with `TURNKEEP_REQUIRE_POSTGRES=1`. It runs
   here with stand-in `pg_ctlcluster`, `make` and `apt-get` commands first on
   `PATH`, so the machine's server and packages are never touched and the
   suite does not recurse.
+- `.ci/run` requires the browser tests (`TURNKEEP_REQUIRE_CHROMIUM=1`);
+  elsewhere they skip where Chromium is missing, naming its install.
 - `tests/support/skipguard.py` fails a run in which a `postgres` test
-  skipped where PostgreSQL is required (checked in a pytester run).
+  skipped where PostgreSQL is required, or a `browser` test where Chromium
+  is (checked in pytester runs).
 - `tests/support/timing.py` sums test time by directory under `--durations`.
 - `make test-fast` keeps core, the loop, the memory backend's conformance
   and a JSONL and a SQLite smoke test, and every entry it names exists.
@@ -22,7 +25,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_RUN = ROOT / ".ci" / "run"
-MAKE = '#!/bin/sh\necho "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}"\n'
+MAKE = (
+    "#!/bin/sh\n"
+    'echo "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}'
+    ' CHROMIUM=${TURNKEEP_REQUIRE_CHROMIUM:-unset}"\n'
+)
 APT = "#!/bin/sh\nexit 0\n"
 
 
@@ -35,7 +42,8 @@ def _run_ci(tmp_path: Path, pg_ctlcluster: str) -> subprocess.CompletedProcess[s
     for name, text in stubs:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k != "TURNKEEP_REQUIRE_POSTGRES"}
+    required = ("TURNKEEP_REQUIRE_POSTGRES", "TURNKEEP_REQUIRE_CHROMIUM")
+    env = {k: v for k, v in os.environ.items() if k not in required}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     return subprocess.run(
         ["sh", str(CI_RUN)], capture_output=True, text=True, env=env, check=False
@@ -54,7 +62,7 @@ def test_ci_requires_the_postgres_tests_once_the_server_runs(tmp_path: Path) -> 
     # "status" says down (3), "start" succeeds.
     done = _run_ci(tmp_path, '#!/bin/sh\n[ "$3" = status ] && exit 3\nexit 0\n')
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "make test REQUIRE=1"
+    assert done.stdout.strip() == "make test REQUIRE=1 CHROMIUM=1"
 
 
 GUARDED = """
@@ -69,20 +77,29 @@ def test_needs_the_server():
 def test_soak_size():
     pytest.skip("soak tier")
 
+@pytest.mark.browser
+def test_needs_chromium():
+    pytest.skip("pretend Chromium is missing")
+
 def test_other():
     pass
 """
 
 
 def _guarded_run(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *, required: bool
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    required: bool,
+    browser: bool = False,
 ) -> pytest.RunResult:
-    from tests.support import pgserver
+    from tests.support import chromium, pgserver
 
     monkeypatch.setattr(pgserver, "required", lambda: required)
+    monkeypatch.setattr(chromium, "required", lambda: browser)
     pytester.makeini(
         "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
-        "markers =\n    postgres: x\n    soak: x\n"
+        "markers =\n    postgres: x\n    soak: x\n    browser: x\n"
     )
     pytester.makepyfile(GUARDED)
     return pytester.runpytest_inprocess("-p", "tests.support.skipguard")
@@ -92,19 +109,50 @@ def test_a_skipped_postgres_test_fails_the_run_where_required(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result = _guarded_run(pytester, monkeypatch, required=True)
-    result.assert_outcomes(passed=1, skipped=2)
+    result.assert_outcomes(passed=1, skipped=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         ["*PostgreSQL is required here*", "*test_needs_the_server: Skipped*"]
     )
-    assert "test_soak_size" not in result.stdout.str().split("required here")[1]
+    listed = result.stdout.str().split("required here")[1]
+    assert "test_soak_size" not in listed
+    assert "test_needs_chromium" not in listed
+    assert "Chromium is required" not in result.stdout.str()
+
+
+def test_a_skipped_browser_test_fails_the_run_where_chromium_is_required(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _guarded_run(pytester, monkeypatch, required=False, browser=True)
+    result.assert_outcomes(passed=1, skipped=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*Chromium is required here*", "*test_needs_chromium: Skipped*"]
+    )
+    assert "PostgreSQL is required" not in result.stdout.str()
+
+
+def test_the_browser_tests_skip_without_chromium_and_fail_where_required(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.support import chromium
+
+    monkeypatch.setattr(chromium, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv(chromium.REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y chromium"):
+        chromium.require_chromium()
+    monkeypatch.setenv(chromium.REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium"):
+        chromium.require_chromium()
+    (tmp_path / "no-chromium").touch()
+    assert chromium.require_chromium() == tmp_path / "no-chromium"
 
 
 def test_skipped_postgres_tests_pass_where_none_is_installed(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result = _guarded_run(pytester, monkeypatch, required=False)
-    result.assert_outcomes(passed=1, skipped=2)
+    result.assert_outcomes(passed=1, skipped=3)
     assert result.ret == pytest.ExitCode.OK
 
 

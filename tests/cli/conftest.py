@@ -30,6 +30,7 @@ _KEEP = {
     "TURNKEEP_SEED",
     "TURNKEEP_TEST_POSTGRES_DSN",
     "TURNKEEP_REQUIRE_POSTGRES",
+    "TURNKEEP_REQUIRE_CHROMIUM",
 }
 _schemas = itertools.count()
 

@@ -1,5 +1,9 @@
 """The web page in a real browser: Playwright driving the system's Chromium.
 
+Where Chromium is not installed these tests skip, naming the install
+command; where `.ci/run` requires them (`TURNKEEP_REQUIRE_CHROMIUM=1`) they
+fail instead (`tests/support/chromium.py`).
+
 The service runs as its own process in front of a SQLite store; another
 process writes a session while the page follows it. Every request the page
 makes is intercepted: anything not for the service on 127.0.0.1 is aborted
@@ -35,10 +39,10 @@ from playwright.sync_api import (
 from tests.cli.support import Store, converse
 from tests.cli.test_cancel import slow_turn as started_slow_turn
 from tests.serve.conftest import Serve, killed_in_turn
+from tests.support.chromium import require_chromium
 
 from turnkeep.cancelrequest import cancel_requests
 
-CHROMIUM = Path("/usr/bin/chromium")
 WRITER = Path(__file__).parent / "_writer.py"
 SHOTS = os.environ.get("TURNKEEP_SCREENSHOTS")  # read before the fixtures clear it
 
@@ -50,7 +54,7 @@ Playwright's 5 s default is short for CI's busy machine, which runs
 Chromium, the service and the writer beside the rest of the suite.
 """
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 @pytest.fixture
@@ -65,14 +69,11 @@ def stored(sqlite_store: Store) -> Store:
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
-    assert CHROMIUM.exists(), (
-        "the browser tests need Debian's Chromium: apt-get install -y chromium "
-        "(.ci/run installs it)"
-    )
+    executable = require_chromium()
     args = ["--no-sandbox"] if os.geteuid() == 0 else []
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=args, headless=True
+            executable_path=str(executable), args=args, headless=True
         )
         try:
             yield launched
