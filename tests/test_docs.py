@@ -52,6 +52,22 @@ def test_readme_quick_start_runs() -> None:
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own README
 
 
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_the_quick_start_runs_on_the_backends_its_comment_names(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = blocks(ROOT / "README.md", "python")
+    line = next(x for x in code.splitlines() if "#" in x and f'"{backend}"' in x)
+    assert '"memory"' in code, line
+    for variable in ("XDG_DATA_HOME", "XDG_STATE_HOME"):  # the default stores
+        monkeypatch.setenv(variable, str(tmp_path / variable))
+    code = code.replace('"persistence": "memory"', f'"persistence": "{backend}"')
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own README
+    assert any((tmp_path / "XDG_DATA_HOME").rglob("*")) or any(
+        (tmp_path / "XDG_STATE_HOME").rglob("*")
+    )
+
+
 def test_writing_a_backend_registration_and_kit_blocks_compile() -> None:
     kit, registration, conformance = blocks(
         ROOT / "docs" / "writing-a-backend.md", "python"

@@ -289,3 +289,31 @@ async def test_options_for_an_installed_backend_that_is_not_loaded_are_kept() ->
     config = make_config(backends={"sqlite": {"path": "x.db"}})
     async with Host(config) as host:
         assert host.persistence_name == "memory"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("selection", "says"),
+    [
+        ({"plugins": "none"}, '`plugins = "none"` loads no installed plugin'),
+        ({"plugins": ("sqlite",)}, "`plugins` lists only 'sqlite'"),
+        ({"blocked_plugins": ("jsonl",)}, "`blocked_plugins` lists it"),
+    ],
+)
+async def test_an_installed_backend_left_unloaded_says_which_setting_did_it(
+    selection: dict[str, Any], says: str
+) -> None:
+    # turnkeep-jsonl is installed in this workspace; the selection keeps it out.
+    config = make_config(persistence="jsonl", **selection)
+    with pytest.raises(UnknownBackendError) as raised:
+        await Host(config).start()
+    message = str(raised.value)
+    assert "'jsonl' is installed but not loaded" in message
+    assert says in message
+    assert "install turnkeep-jsonl" not in message
+
+
+@pytest.mark.asyncio
+async def test_a_backend_not_installed_says_to_install_it() -> None:
+    with pytest.raises(UnknownBackendError, match="install turnkeep-nope"):
+        await Host(make_config(persistence="nope")).start()

@@ -219,12 +219,41 @@ class BackendRegistry:
             return None
         entry = self._entries.get(configured)
         if entry is None:
+            registered = ", ".join(sorted(self._entries)) or "none"
             raise UnknownBackendError(
                 f"persistence backend {configured!r} is not registered "
-                f"(registered: {', '.join(sorted(self._entries)) or 'none'}); "
-                f"install turnkeep-{configured} or fix `persistence`"
+                f"(registered: {registered}); {_why_unregistered(configured, config)}"
             )
         return entry
+
+
+def _why_unregistered(name: str, config: Config) -> str:
+    """What to do about a configured backend that no plugin registered.
+
+    The backend's plugin may be installed and left unloaded by the plugin
+    selection: then installing it again would not help, and the message
+    names the setting that keeps it out. The installed plugins are read
+    only here, on the error path.
+    """
+    if name not in installed_plugins():
+        return f"install turnkeep-{name} or fix `persistence`"
+    if name in config.blocked_plugins:
+        return (
+            f"its plugin {name!r} is installed but not loaded: "
+            f"`blocked_plugins` lists it; remove it from `blocked_plugins`"
+        )
+    if config.plugins == "none":
+        setting = '`plugins = "none"` loads no installed plugin'
+    elif config.plugins == "all":
+        # Registered plugins that were since unregistered, or a host whose
+        # plugins were registered by hand: nothing in the selection excludes it.
+        return f"its plugin {name!r} is installed but was not registered here"
+    else:
+        setting = f"`plugins` lists only {', '.join(map(repr, config.plugins))}"
+    return (
+        f"its plugin {name!r} is installed but not loaded: {setting}; "
+        f'set `plugins = "all"` or add {name!r} to `plugins`'
+    )
 
 
 def build(entry: BackendEntry, config: Config) -> SessionPersistence:
