@@ -44,7 +44,7 @@ async def serving(
     async with store.host() as host:
         app = create_app(host, config or ServeConfig(), **app_options)
         async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://127.0.0.1"
             ) as client:
@@ -54,6 +54,39 @@ async def serving(
 @pytest.fixture
 def served() -> Served:
     return serving
+
+
+@asynccontextmanager
+async def uvicorn_serving(
+    store: Store, config: ServeConfig | None = None
+) -> AsyncGenerator[tuple[str, int]]:
+    """The service under a real uvicorn in this process: its address and port.
+
+    Its logs reach `caplog` (uvicorn logs as `uvicorn.error`).
+    """
+    import asyncio
+
+    import uvicorn
+
+    async with store.host() as host:
+        app = create_app(host, config or ServeConfig())
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level="info", access_log=False, lifespan="on")
+        )
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+            yield "127.0.0.1", port
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()
 
 
 def config(**changes: Any) -> ServeConfig:

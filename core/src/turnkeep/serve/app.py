@@ -16,16 +16,24 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from turnkeep.config import ServeConfig
+from turnkeep.errors import TurnkeepError
 from turnkeep.hookspecs import hookimpl
 from turnkeep.host import Host
 from turnkeep.serve.api import Api
 from turnkeep.serve.follow import Tails
 from turnkeep.serve.guard import Budgets, Guard
 from turnkeep.serve.page import Pages
-from turnkeep.serve.problems import on_exception, on_http
+from turnkeep.serve.problems import (
+    CatchBugs,
+    Problem,
+    on_http,
+    on_problem,
+    on_turnkeep_error,
+)
 from turnkeep.session import Session
 
 __all__ = ["create_app"]
@@ -110,7 +118,15 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        exception_handlers={HTTPException: on_http, Exception: on_exception},
+        # Expected refusals are answered by handlers for their own types, never
+        # by a handler for `Exception`: Starlette re-raises whatever that one
+        # answers, so the server would log a crash and drop the connection.
+        exception_handlers={
+            HTTPException: on_http,
+            Problem: on_problem,
+            TurnkeepError: on_turnkeep_error,
+        },
+        middleware=[Middleware(CatchBugs)],
         lifespan=lifespan,
     )
     app.state.api = api

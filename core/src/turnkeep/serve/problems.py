@@ -5,9 +5,13 @@ Every failure an endpoint can meet becomes `{"code": ..., "message": ...}`
 own in the same style, such as `bad-parameter`) with a status that says
 whose fault it is: bad input 400 or 422, an unknown
 id 404, a missing token 401, a budget spent 429, a damaged or unreadable
-store 5xx. A failure nobody expected is logged here with its traceback and
-answered `500 internal_error` without one: what the server knows about
-its own code never reaches a client.
+store 5xx. An expected refusal (`Problem`, a `TurnkeepError`) is answered
+by the application's own handlers, so the server neither logs it as a
+crash nor drops the connection; a turnkeep error without a status of its
+own is logged as one line. A failure nobody expected is caught by
+`CatchBugs`, logged here once with its traceback and answered
+`500 internal-error` without one: what the server knows about its own code
+never reaches a client.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import msgspec
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnkeep.errors import (
     CancelUnsupportedError,
@@ -33,7 +38,15 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 
-__all__ = ["Problem", "ProblemBody", "json_response", "on_exception", "on_http"]
+__all__ = [
+    "CatchBugs",
+    "Problem",
+    "ProblemBody",
+    "json_response",
+    "on_http",
+    "on_problem",
+    "on_turnkeep_error",
+]
 
 _log: Final = logging.getLogger("turnkeep.serve")
 _encoder: Final = msgspec.json.Encoder()
@@ -114,25 +127,61 @@ def _session_of(request: Request) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def on_exception(request: Request, exc: Exception) -> Response:
-    """Answer any exception an endpoint raised (the app's catch-all handler)."""
-    if isinstance(exc, Problem):
-        return _answer(
-            exc.status, exc.code, exc.message, _session_of(request), exc.headers
-        )
-    if isinstance(exc, TurnkeepError):
-        for kind, status in _STATUS:
-            if isinstance(exc, kind):
-                return _answer(status, exc.code, str(exc), _session_of(request))
-        _log.warning("%s %s: %s", request.method, request.url.path, exc)
-        return _answer(500, exc.code, str(exc), _session_of(request))
-    _log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return _answer(
-        500,
-        "internal-error",
-        "the server failed to answer this request; its log has the details",
-        _session_of(request),
-    )
+async def on_problem(request: Request, exc: Exception) -> Response:
+    """Answer a `Problem` an endpoint raised (nothing logged: it is expected)."""
+    assert isinstance(exc, Problem)  # noqa: S101 - registered for it only
+    return _answer(exc.status, exc.code, exc.message, _session_of(request), exc.headers)
+
+
+async def on_turnkeep_error(request: Request, exc: Exception) -> Response:
+    """Answer a turnkeep error with its status; one without one is one log line."""
+    assert isinstance(exc, TurnkeepError)  # noqa: S101 - registered for it only
+    for kind, status in _STATUS:
+        if isinstance(exc, kind):
+            return _answer(status, exc.code, str(exc), _session_of(request))
+    _log.warning("%s %s: %s", request.method, request.url.path, exc)
+    return _answer(500, exc.code, str(exc), _session_of(request))
+
+
+class CatchBugs:
+    """The outermost layer of the application: a bug answers 500, logged once.
+
+    Starlette's own last-resort handler answers and then re-raises, so that
+    the server logs the exception a second time and closes the connection;
+    this layer answers `500 internal-error` (when the response has not
+    started), logs the traceback once, and keeps the connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the application; turn an escaped exception into a 500."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise  # the answer is on its way: only the server can end it
+            request = Request(scope)
+            _log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+            response = _answer(
+                500,
+                "internal-error",
+                "the server failed to answer this request; its log has the details",
+                _session_of(request),
+            )
+            await response(scope, receive, send)
 
 
 _HTTP_CODES: Final = {
