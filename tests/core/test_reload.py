@@ -37,10 +37,50 @@ def register_persistence(register):
 """
 
 
+DISK_PLUGIN = """
+from turnkeep import hookimpl
+from {package} import {config}, {backend}
+
+VERSION = {version}
+
+@hookimpl
+def register_persistence(register):
+    register("reloadable", {factory}, {config})
+"""
+"""A plugin whose backend is a real disk backend: each reload disposes one
+(draining its buffers, closing its files, giving up its writer role) and
+builds a fresh one that takes the live sessions over."""
+
+DISK: dict[str, dict[str, str]] = {
+    "jsonl": {
+        "package": "turnkeep_jsonl",
+        "config": "JsonlConfig",
+        "backend": "JsonlPersistence",
+        "factory": "JsonlPersistence.from_config",
+        "path": "store",
+    },
+    "sqlite": {
+        "package": "turnkeep_sqlite",
+        "config": "SqliteConfig",
+        "backend": "SqlitePersistence",
+        "factory": "SqlitePersistence",
+        "path": "s.sqlite3",
+    },
+}
+
+
 def write_plugin(
-    root: Path, name: str, shared: str, version: int, broken: bool = False
+    root: Path,
+    name: str,
+    shared: str,
+    version: int,
+    broken: bool = False,
+    backend: str = "memory",
 ) -> None:
-    source = PLUGIN.format(shared=shared, version=version)
+    if backend == "memory":
+        source = PLUGIN.format(shared=shared, version=version)
+    else:
+        source = DISK_PLUGIN.format(version=version, **DISK[backend])
     if broken:
         source += "\nthis is not python\n"
     path = root / name / "__init__.py"
@@ -67,10 +107,33 @@ def reloadable(
     return name, tmp_path, storage
 
 
-async def start_host(name: str) -> Host:
+@pytest.fixture(params=["memory", "jsonl", "sqlite"])
+def any_reloadable(
+    request: pytest.FixtureRequest,
+    reloadable: tuple[str, Path, MemoryStorage],
+) -> tuple[str, Path, str]:
+    """`reloadable`, its backend the memory one, a JSONL store or a db file."""
+    name, root, _ = reloadable
+    backend: str = request.param
+    write_plugin(root, name, f"{name}_storage", 1, backend=backend)
+    return name, root, backend
+
+
+async def start_host(name: str, root: Path | None = None, backend: str = "") -> Host:
     module = __import__(name)
-    host = Host(make_config(persistence="reloadable"), plugins=[module])
+    options = {}
+    if backend in DISK:
+        path = str(root / DISK[backend]["path"]) if root is not None else ""
+        options = {"reloadable": {"path": path}}
+    host = Host(
+        make_config(persistence="reloadable", backends=options), plugins=[module]
+    )
     return await host.start()
+
+
+async def stored_events(host: Host, session_id: str) -> list[Any]:
+    loaded = await host.require_persistence().load(session_id)
+    return host.codec.decode_log(loaded.events, session_id=session_id)
 
 
 def load_texts(storage: MemoryStorage, session_id: str) -> list[bytes]:
@@ -165,13 +228,13 @@ class Churn:
 
 @pytest.mark.asyncio
 async def test_hot_reload_at_100_random_points_loses_and_duplicates_nothing(
-    reloadable: tuple[str, Path, MemoryStorage],
+    any_reloadable: tuple[str, Path, str],
 ) -> None:
-    name, root, storage = reloadable
+    name, root, backend = any_reloadable
     seed = random.randrange(2**32)
-    print(f"reload seed: {seed}")
+    print(f"reload seed: {seed} ({backend})")
     rnd = random.Random(seed)
-    host = await start_host(name)
+    host = await start_host(name, root, backend)
     try:
         sessions = [host.sessions.create(f"s{i}") for i in range(3)]
         total_events = 900
@@ -193,7 +256,7 @@ async def test_hot_reload_at_100_random_points_loses_and_duplicates_nothing(
                 session.append(AssistantChunkData(text=f"{which}:{index}"))
             if index in reload_points:
                 version += 1
-                write_plugin(root, name, f"{name}_storage", version)
+                write_plugin(root, name, f"{name}_storage", version, backend=backend)
                 task = asyncio.create_task(host.reload(name))
                 pending_reloads.append(task)
                 if rnd.random() < 0.5:
@@ -204,13 +267,19 @@ async def test_hot_reload_at_100_random_points_loses_and_duplicates_nothing(
         assert version == sys.modules[name].VERSION  # type: ignore[attr-defined]
         for session in sessions:
             await session.flush()
-            stored = host.codec.decode_log(
-                load_texts(storage, session.id), session_id=session.id
-            )
+            stored = await stored_events(host, session.id)
             assert stored == list(session.events), f"seed {seed}"
             assert [e.seq for e in stored] == list(range(len(stored)))
+        live = [list(session.events) for session in sessions]
     finally:
         await host.aclose()
+    # What the last backend left on disk is what another process loads.
+    reader = await start_host(name, root, backend)
+    try:
+        for session_id, events in zip(["s0", "s1", "s2"], live, strict=True):
+            assert await stored_events(reader, session_id) == events, f"seed {seed}"
+    finally:
+        await reader.aclose()
 
 
 @pytest.mark.asyncio

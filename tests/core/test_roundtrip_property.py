@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ from tests.conftest import make_config
 
 from turnkeep import Host, SessionEvent, define_event_type, derive_messages, hookimpl
 from turnkeep.agent import encode_messages
+from turnkeep.errors import SessionNotFoundError
 from turnkeep.events import (
     AssistantChunk,
     AssistantChunkData,
@@ -88,6 +92,11 @@ payloads: st.SearchStrategy[tuple[type[SessionEvent], Any]] = st.one_of(
 steps = st.lists(st.tuples(payloads, st.booleans()), max_size=40)
 
 
+BACKENDS = ("memory", "jsonl", "sqlite")
+EXAMPLES = {"memory": 150, "jsonl": 30, "sqlite": 30}
+"""Disk examples cost a file (and its fsyncs) each: fewer of them."""
+
+
 class Storage:
     def __init__(self, storage: MemoryStorage, with_note: bool) -> None:
         self.storage = storage
@@ -103,11 +112,31 @@ class Storage:
             register(NOTE)
 
 
-async def roundtrip(actions: list[tuple[tuple[type[SessionEvent], Any], bool]]) -> None:
-    storage = MemoryStorage()
-    async with Host(
-        make_config(persistence="shared"), plugins=[Storage(storage, True)]
-    ) as a:
+class Place:
+    """One backend's store for one example: memory, a JSONL dir, a db file."""
+
+    def __init__(self, backend: str, root: Path) -> None:
+        self.backend = backend
+        self.root = root
+        self.storage = MemoryStorage()
+
+    def host(self, knows_note: bool) -> Host:
+        plugin = Storage(self.storage, knows_note)
+        if self.backend == "memory":
+            return Host(make_config(persistence="shared"), plugins=[plugin])
+        name = "store" if self.backend == "jsonl" else "s.sqlite3"
+        config = make_config(
+            persistence=self.backend,
+            plugins=(self.backend,),
+            backends={self.backend: {"path": str(self.root / name)}},
+        )
+        return Host(config, plugins=[plugin])
+
+
+async def roundtrip(
+    place: Place, actions: list[tuple[tuple[type[SessionEvent], Any], bool]]
+) -> None:
+    async with place.host(knows_note=True) as a:
         session = a.sessions.create("s")
         for (kind, data), flush in actions:
             if a.codec.kinds.get(type(data)) is kind:
@@ -120,14 +149,14 @@ async def roundtrip(actions: list[tuple[tuple[type[SessionEvent], Any], bool]]) 
         live = list(session.events)
         live_bytes = [a.codec.encode(e) for e in live]
     if not live:
+        await stores_nothing(place)
         return
-    assert storage.sessions["s"].events == live_bytes
     # A reader without the plugin that defines the ignorable type still loads
     # the log, byte for byte, with the same history.
     for knows_note in (True, False):
-        async with Host(
-            make_config(persistence="shared"), plugins=[Storage(storage, knows_note)]
-        ) as b:
+        async with place.host(knows_note) as b:
+            loaded = await b.require_persistence().load("s")
+            assert loaded.events == live_bytes
             resumed = await b.sessions.resume("s")
             assert [b.codec.encode(e) for e in resumed.events] == live_bytes
             assert encode_messages(derive_messages(resumed.events)) == encode_messages(
@@ -135,14 +164,46 @@ async def roundtrip(actions: list[tuple[tuple[type[SessionEvent], Any], bool]]) 
             )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps)
-def test_any_log_round_trips_byte_identical(
-    actions: list[tuple[tuple[type[SessionEvent], Any], bool]],
+async def stores_nothing(place: Place) -> None:
+    assert place.storage.sessions == {}
+    if place.backend == "jsonl":
+        files = [f for _, _, names in os.walk(place.root) for f in names]
+        assert files == []
+    async with place.host(knows_note=True) as host:
+        persistence = host.require_persistence()
+        assert not await persistence.has("s")
+        assert (await persistence.list()).items == []
+        with pytest.raises(SessionNotFoundError):
+            await host.sessions.resume("s")
+
+
+def run_example(
+    backend: str, actions: list[tuple[tuple[type[SessionEvent], Any], bool]]
 ) -> None:
-    asyncio.run(roundtrip(actions))
+    with tempfile.TemporaryDirectory() as root:
+        asyncio.run(roundtrip(Place(backend, Path(root)), actions))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_any_log_round_trips_byte_identical(backend: str) -> None:
+    @settings(
+        max_examples=EXAMPLES[backend],
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(steps)
+    def check(actions: list[tuple[tuple[type[SessionEvent], Any], bool]]) -> None:
+        run_example(backend, actions)
+
+    check()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.asyncio
-async def test_an_empty_log_stores_nothing() -> None:
-    await roundtrip([])
+async def test_an_empty_log_stores_nothing(backend: str, tmp_path: Path) -> None:
+    place = Place(backend, tmp_path)
+    async with place.host(knows_note=True) as host:
+        session = host.sessions.create("s")
+        await session.flush()
+        assert session.settled
+    await stores_nothing(place)

@@ -69,6 +69,20 @@ async def test_generated_ids_are_unique_and_sort_by_time(host: Host) -> None:
 
 
 @pytest.mark.asyncio
+async def test_the_id_and_header_cannot_be_reassigned(host: Host) -> None:
+    session = host.sessions.create("fixed")
+    other = host.sessions.create("other")
+    with pytest.raises(AttributeError):
+        session.header = other.header  # type: ignore[misc]  # the refusal is the test
+    with pytest.raises(AttributeError):
+        session.id = "other"  # type: ignore[misc]  # the refusal is the test
+    assert session.id == session.header.id == session.meta.id == "fixed"
+    session.append(UserMessageData(text="hi"))
+    await session.flush()
+    assert (await host.require_persistence().load("fixed")).meta.id == "fixed"
+
+
+@pytest.mark.asyncio
 async def test_a_live_id_cannot_be_created_twice(host: Host) -> None:
     host.sessions.create("dup")
     with pytest.raises(SessionExistsError):

@@ -135,11 +135,12 @@ class SessionHooks(Protocol):
 class Session:
     """One live conversation: an append-only log plus metadata.
 
-    Create sessions through `SessionStore` (usually `host.sessions`).
+    Create sessions through `SessionStore` (usually `host.sessions`). The id
+    and the header are fixed for the session's life: neither can be
+    reassigned (`AttributeError`), so `session.meta.id == session.id` always.
     """
 
-    id: str
-    header: SessionHeader
+    _header: SessionHeader = attrs.field(alias="header")
     summary: SessionSummary
     origin: SessionOrigin
     _events: list[SessionEvent] = attrs.field(alias="events", repr=False)
@@ -163,6 +164,16 @@ class Session:
         codec = self._hooks.codec
         self._kinds = codec.kinds
         self._checks = codec.checks
+
+    @property
+    def id(self) -> str:
+        """The session's id (its header's; read-only)."""
+        return self._header.id
+
+    @property
+    def header(self) -> SessionHeader:
+        """The immutable header (read-only: the summary is what changes)."""
+        return self._header
 
     @property
     def events(self) -> Sequence[SessionEvent]:

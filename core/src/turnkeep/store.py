@@ -412,7 +412,6 @@ class SessionStore:
         if header.id in self._live:
             raise SessionExistsError(f"session {header.id!r} is already live")
         session = Session(
-            id=header.id,
             header=header,
             summary=summary,
             origin=origin,
