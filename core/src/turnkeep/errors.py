@@ -80,6 +80,7 @@ __all__ = [
     "TurnkeepError",
     "UnknownBackendError",
     "UnknownEventTypeError",
+    "UnsafePathError",
     "UnsupportedFormatError",
 ]
 
@@ -286,6 +287,17 @@ class ImportInputError(TurnkeepError, ValueError):
         self.path = path
         self.line = line
         self.item = item
+
+
+class UnsafePathError(TurnkeepError, OSError):
+    """A path the user named is refused as a place to write (R21).
+
+    A symbolic link, a file that is neither regular nor a pipe or terminal,
+    or a folder reached through someone else's link in a shared sticky folder
+    (`/tmp`); nothing was written. The message names the path.
+    """
+
+    code = "unsafe-path"
 
 
 # -- persistence ---------------------------------------------------------------

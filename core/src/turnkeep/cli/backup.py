@@ -30,7 +30,7 @@ import msgspec
 
 from turnkeep.backup import BackupReport, SessionBackup, Skipped, supports_backup
 from turnkeep.cli.exchange import export_data
-from turnkeep.cli.files import private_dir, write_private
+from turnkeep.cli.files import private_dir, safe_folder, write_private
 from turnkeep.cli.output import clean, emit_json, format_size
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
@@ -45,6 +45,7 @@ from turnkeep.clock import now_ms
 from turnkeep.errors import (
     SessionCorruptError,
     SessionNotFoundError,
+    UnsafePathError,
     UnsupportedFormatError,
 )
 
@@ -108,7 +109,13 @@ def backup(destination: Path, as_json: bool) -> None:
 
 
 def _check_destination(dest: Path) -> None:
-    if not dest.exists() and not dest.is_symlink():
+    if dest.is_symlink():
+        raise UnsafePathError(
+            f"the backup destination {clean(str(dest))} is a symbolic link; "
+            "turnkeep does not write through one (nothing was written; name "
+            "the real folder)"
+        )
+    if not dest.exists():
         return
     if dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir()):
         return
@@ -120,7 +127,7 @@ def _check_destination(dest: Path) -> None:
 
 async def _backup(store: Opened, dest: Path) -> BackupReport:
     """Write the backup beside `dest`, then rename it to `dest`."""
-    parent = await asyncio.to_thread(private_dir, dest.parent)
+    parent = await asyncio.to_thread(safe_folder, dest.parent)
     work = parent / f".{dest.name}.backup-{secrets.token_hex(8)}.tmp"
     try:
         backend = store.backend

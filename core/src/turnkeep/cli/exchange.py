@@ -108,8 +108,8 @@ class _Probe(msgspec.Struct):
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write to this file (default: stdout).",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Write to this file (default, or `-`: stdout).",
 )
 @common_options
 def export(session_id: str, output: Path | None) -> None:
@@ -119,7 +119,7 @@ def export(session_id: str, output: Path | None) -> None:
         async with open_store() as store, about(session_id):
             loaded = await store.backend.load(validate_session_id(session_id))
         data = export_data(loaded)
-        if output is None:
+        if output is None or str(output) == "-":
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
