@@ -27,13 +27,14 @@ import asyncio
 import io
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from turnkeep import AgentLoop, Host, load_config
 from turnkeep.errors import ContextMismatchError
@@ -104,6 +105,34 @@ def value(lines: Sequence[str], prefix: str) -> str:
     raise SystemExit(f"demo: the agent never printed {prefix!r}")
 
 
+async def _backend_path(workspace: Path) -> object:
+    async with Host(load_config(workspace.parent)) as host:
+        if host.persistence_name is None:
+            return None
+        return getattr(host.require_persistence(), "path", None)
+
+
+def store_path(workspace: Path) -> Path | None:
+    """Where the agents' store keeps its files, if it keeps files."""
+    path = asyncio.run(_backend_path(workspace))
+    if not isinstance(path, str | os.PathLike):
+        return None
+    return Path(os.fspath(cast("str | os.PathLike[str]", path))).resolve()
+
+
+def show_command(
+    store: str, path: Path | None, session_id: str, started_in: Path
+) -> str:
+    """The `turnkeep show` command that reads the demo's session back."""
+    turnkeep = Path(sys.executable).parent / "turnkeep"
+    try:
+        shown = turnkeep.relative_to(started_in)
+    except ValueError:
+        shown = turnkeep
+    spec = ["--store", f"{store}:{path}"] if path is not None else []
+    return shlex.join([str(shown), *spec, "show", session_id])
+
+
 async def audit(session_id: str, workspace: Path) -> tuple[int, int, str]:
     """Read the session back: run_command calls, interrupted results, last status."""
     async with Host(load_config(workspace.parent)) as host:
@@ -159,9 +188,33 @@ async def other_instructions(session_id: str, workspace: Path) -> list[str]:
 
 
 def main() -> int:
-    """Run the demo; exit non-zero if anything did not happen as promised."""
-    workspace = Path(tempfile.mkdtemp(prefix="turnkeep-demo-")) / "workspace"
+    """Run the demo in a temporary folder; keep the store, remove the folder.
+
+    The store is the user's (the configured one, or the default under the
+    user data directory), so the session stays there to look at with
+    `turnkeep show`; only the demo's own workspace goes. A store configured
+    inside that folder (a relative path) keeps the folder.
+    """
+    root = Path(tempfile.mkdtemp(prefix="turnkeep-demo-"))
+    workspace = root / "workspace"
     workspace.mkdir()
+    started_in = Path.cwd()
+    # The agents run in `root`; the demo's own hosts read the same store
+    # only if a relative store path means the same to them.
+    os.chdir(root)
+    try:
+        return demo(workspace, started_in)
+    finally:
+        store = store_path(workspace)
+        os.chdir(started_in)
+        if store is not None and store.is_relative_to(root.resolve()):
+            say(f"The store is inside {root}, so that folder is kept.")
+        else:
+            shutil.rmtree(root)
+
+
+def demo(workspace: Path, started_in: Path) -> int:
+    """Run the demo; exit non-zero if anything did not happen as promised."""
     (workspace / "README.md").write_text("# A tiny project\n", encoding="utf-8")
     say(RULE)
     say("turnkeep demo: a coding agent is killed in the middle of a tool call,")
@@ -288,6 +341,11 @@ def main() -> int:
         "- A process with other instructions was refused before it could "
         'run a turn (pass context="override" to accept a change on purpose).'
     )
+    path = store_path(workspace)
+    where = f" at {path}" if path is not None else ""
+    say(f"- The session stays in the {store} store{where}; read it back with")
+    say(f"  {show_command(store, path, session_id, started_in)}")
+    say("  (or `source .venv/bin/activate`, then `turnkeep show ...`).")
     say(RULE)
     return 0
 

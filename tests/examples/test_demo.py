@@ -40,6 +40,27 @@ def test_the_demo_runs_on_the_default_store(tmp_path: Path) -> None:
     assert "   - instructions: recorded sha256 " in out
     stored = [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
     assert stored, "the default store lives in the user data directory"
+    # It says where the session stays and how to read it back; its
+    # temporary workspace is gone, the store is not.
+    store = (tmp_path / "data" / "turnkeep" / "sessions").resolve()
+    assert f"- The session stays in the jsonl store at {store}; read" in out
+    show = next(line for line in out.splitlines() if " show " in line).split()
+    assert show[0].endswith("turnkeep")
+    assert show[1:4] == ["--store", f"jsonl:{store}", "show"]
+    shown = subprocess.run(
+        [
+            str(REPO / show[0]) if not Path(show[0]).is_absolute() else show[0],
+            *show[1:],
+        ],
+        cwd=REPO,
+        env=example_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert show[4] in shown.stdout
+    assert not list(tmp_path.glob("turnkeep-demo-*")), "the workspace is removed"
 
 
 @pytest.mark.crash
@@ -56,6 +77,25 @@ def test_the_demo_follows_the_configuration(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "stored by the 'sqlite' plugin" in result.stdout
     assert (tmp_path / "store" / "demo.sqlite3").exists()
+    assert not list(tmp_path.glob("turnkeep-demo-*")), "the workspace is removed"
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+def test_a_store_inside_the_demo_folder_keeps_the_folder(tmp_path: Path) -> None:
+    backend_ready("sqlite", tmp_path)
+    # A relative path is relative to where the agents run: the demo's folder.
+    env = example_env(
+        tmp_path,
+        TMPDIR=str(tmp_path),
+        TURNKEEP_PERSISTENCE="sqlite",
+        TURNKEEP_SQLITE__PATH="demo.sqlite3",
+    )
+    result = demo(env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (folder,) = tmp_path.glob("turnkeep-demo-*")
+    assert (folder / "demo.sqlite3").exists()
+    assert f"The store is inside {folder}, so that folder is kept." in result.stdout
 
 
 def test_the_demo_refuses_to_pretend_without_persistence(tmp_path: Path) -> None:
