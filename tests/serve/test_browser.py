@@ -46,7 +46,7 @@ from turnkeep.cancelrequest import cancel_requests
 WRITER = Path(__file__).parent / "_writer.py"
 SHOTS = os.environ.get("TURNKEEP_SCREENSHOTS")  # read before the fixtures clear it
 
-TOKEN = "s3cret-token"  # noqa: S105 - a test token
+TOKEN = "Vq3xZ8pL0sN4tY7wB2mK6r"  # noqa: S105 - a test token
 LIVE = 15_000
 """Milliseconds for what the page learns over its event stream.
 

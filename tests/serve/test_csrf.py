@@ -20,7 +20,7 @@ from turnkeep.cancelrequest import cancel_requests
 
 __all__ = ["running_turn"]
 
-TOKEN = "s3cret-token"  # noqa: S105 - a test token
+TOKEN = "Vq3xZ8pL0sN4tY7wB2mK6r"  # noqa: S105 - a test token
 META = re.compile(r'<meta name="turnkeep-csrf" content="([0-9a-f]+)">')
 
 pytestmark = pytest.mark.timeout(120)

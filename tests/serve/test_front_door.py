@@ -13,13 +13,16 @@ import logging
 
 import httpx
 import pytest
-from tests.cli.support import Store, converse
+from tests.cli.support import Store, cli, converse, one_line_error
 from tests.serve.conftest import Served, config, uvicorn_serving
+
+from turnkeep.errors import ConfigurationError
+from turnkeep.serve import check_bind, create_app
+from turnkeep.serve.budgets import Budgets, Failures
+from turnkeep.serve.tokens import check_token
 
 TOKEN = "Vq3xZ8pL0sN4tY7wB2mK6r"  # noqa: S105 - a test token, 22 characters
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-pytestmark = pytest.mark.asyncio
 
 
 def crashes(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -31,12 +34,15 @@ def crashes(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     ]
 
 
+@pytest.mark.asyncio
 async def test_refusals_answer_once_and_log_no_crash(
     sqlite_store: Store, served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
     await converse(sqlite_store, "s-one", prompts=("hi",))
     caplog.set_level(logging.INFO)
     async with served(sqlite_store, config(token=TOKEN, burst=1000)) as client:
+        guard = client._transport.app.state.api.guard  # type: ignore[attr-defined]
+        guard.failures = Failures(free=1000)  # wrong tokens answer 401 here
         asked = [
             ("GET", "/sessions", {}, 401),
             ("GET", "/sessions/s-one", {"Authorization": "Bearer wrong"}, 401),
@@ -44,15 +50,20 @@ async def test_refusals_answer_once_and_log_no_crash(
             ("GET", "/sessions/nope", AUTH, 404),
             ("GET", "/sessions/a%00b", AUTH, 400),
             ("POST", "/sessions/s-one/cancel", AUTH, 400),
-            ("POST", "/sessions/s-one/cancel?x", AUTH | {"X": "1"}, 400),
         ]
         for method, path, headers, status in asked * 20:
             reply = await client.request(method, path, headers=headers)
             assert reply.status_code == status, reply.text
+        guard.budgets = Budgets(
+            rate=0.001, burst=1, streams_per_client=1, max_streams=1
+        )
+        codes = [(await client.get("/sessions")).status_code for _ in range(2)]
+        assert codes == [401, 429]
     assert crashes(caplog) == []
     assert [r for r in caplog.records if r.name != "httpx"] == []
 
 
+@pytest.mark.asyncio
 async def test_a_bug_logs_one_traceback_and_answers_500(
     sqlite_store: Store,
     served: Served,
@@ -93,6 +104,7 @@ async def _exchange(
     return status, fields.get("connection", "").encode()
 
 
+@pytest.mark.asyncio
 async def test_refusals_keep_the_connection_under_uvicorn(
     sqlite_store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -123,3 +135,188 @@ async def test_refusals_keep_the_connection_under_uvicorn(
             ok = await client.get(f"http://{address}:{port}/sessions", headers=AUTH)
             assert ok.status_code == 200
     assert crashes(caplog) == []
+
+
+# -- guessing, weak tokens, proxies ----------------------------------------------
+
+PROXIED = {"trusted_proxies": ("127.0.0.1",)}
+
+
+def via(address: str, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """Headers of a request a trusted proxy forwards from `address`."""
+    return {"X-Forwarded-For": f"203.0.113.77, {address}"} | (headers or {})
+
+
+@pytest.mark.asyncio
+async def test_failed_authentications_make_the_address_wait(
+    sqlite_store: Store, served: Served
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("hi",))
+    async with served(sqlite_store, config(token=TOKEN, **PROXIED)) as client:
+        guard = client._transport.app.state.api.guard  # type: ignore[attr-defined]
+        now = [0.0]
+        guard.failures = Failures(clock=lambda: now[0])
+        wrong = {"Authorization": "Bearer Vq3xZ8pL0sN4tY7wB2mK6s"}
+        codes = [
+            (await client.get("/sessions", headers=via("10.0.0.1", wrong))).status_code
+            for _ in range(6)
+        ]
+        assert codes == [401] * 6
+        # Now even the right token waits: a guess is not even looked at.
+        held = await client.get("/sessions", headers=via("10.0.0.1", AUTH))
+        assert held.status_code == 429
+        assert held.json()["code"] == "rate-limited"
+        assert held.headers["retry-after"] == "1"
+        login = await client.post(
+            "/login", data={"token": TOKEN}, headers=via("10.0.0.1")
+        )
+        assert login.status_code == 429
+        # Another address is not held up.
+        other = await client.get("/sessions", headers=via("10.0.0.2", AUTH))
+        assert other.status_code == 200
+        # Each further failure doubles the wait.
+        now[0] = 1.5
+        bad = await client.get("/sessions", headers=via("10.0.0.1", wrong))
+        assert bad.status_code == 401
+        held = await client.get("/sessions", headers=via("10.0.0.1", AUTH))
+        assert held.headers["retry-after"] == "2"
+        now[0] = 4.0
+        good = await client.get("/sessions", headers=via("10.0.0.1", AUTH))
+        assert good.status_code == 200  # and the failures are forgotten
+        assert guard.failures.wait("10.0.0.1") is None
+
+
+@pytest.mark.asyncio
+async def test_sign_in_failures_are_budgeted_like_bearer_ones(
+    sqlite_store: Store, served: Served
+) -> None:
+    async with served(sqlite_store, config(token=TOKEN)) as client:
+        codes = [
+            (await client.post("/login", data={"token": "guess"})).status_code
+            for _ in range(7)
+        ]
+        assert codes == [401] * 6 + [429]
+        held = await client.post("/login", data={"token": TOKEN})
+        assert held.status_code == 429
+        assert "turnkeep_token" not in client.cookies
+
+
+@pytest.mark.asyncio
+async def test_requests_without_credentials_spend_the_request_budget(
+    sqlite_store: Store, served: Served
+) -> None:
+    async with served(
+        sqlite_store, config(token=TOKEN, burst=3, requests_per_second=1)
+    ) as client:
+        codes = [(await client.get("/sessions")).status_code for _ in range(4)]
+        assert codes == [401, 401, 401, 429]
+
+
+def test_failures_double_the_wait_up_to_a_ceiling_and_are_forgotten() -> None:
+    now = [0.0]
+    failures = Failures(free=2, first_wait=1.0, longest_wait=8.0, clock=lambda: now[0])
+    failures.failed("a")
+    failures.failed("a")
+    assert failures.wait("a") is None
+    waits: list[float | None] = []
+    for _ in range(6):
+        failures.failed("a")
+        waits.append(failures.wait("a"))
+    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert failures.wait("b") is None
+    now[0] = 3600.0 + 1.0
+    assert failures.wait("a") is None
+    failures.failed("a")
+    assert failures.wait("a") is None  # afresh: one free failure again
+
+
+@pytest.mark.asyncio
+async def test_forwarded_headers_count_only_from_trusted_proxies(
+    sqlite_store: Store, served: Served
+) -> None:
+    async with served(sqlite_store, config(burst=2, requests_per_second=1)) as client:
+        # Not trusted: the header is the client's own word, and ignored.
+        codes = [
+            (await client.get("/sessions", headers=via(f"10.0.0.{n}"))).status_code
+            for n in range(3)
+        ]
+        assert codes == [200, 200, 429]
+    async with served(
+        sqlite_store, config(burst=2, requests_per_second=1, **PROXIED)
+    ) as client:
+        codes = [
+            (await client.get("/sessions", headers=via(f"10.0.0.{n}"))).status_code
+            for n in range(3)
+        ]
+        assert codes == [200, 200, 200]
+        # A trusted proxy's chain is read from the right: the first hop
+        # that is not a trusted proxy is the client.
+        for _ in range(2):
+            await client.get("/sessions", headers={"X-Forwarded-For": "10.0.0.9"})
+        chained = await client.get(
+            "/sessions", headers={"X-Forwarded-For": "1.1.1.1, 10.0.0.9, 127.0.0.1"}
+        )
+        assert chained.status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("proxies", "headers", "secure"),
+    [
+        ((), {}, False),
+        ((), {"X-Forwarded-Proto": "https"}, False),
+        (("127.0.0.0/8",), {"X-Forwarded-Proto": "https"}, True),
+        (("127.0.0.0/8",), {"X-Forwarded-Proto": "http"}, False),
+    ],
+)
+@pytest.mark.asyncio
+async def test_the_cookie_is_secure_when_a_trusted_proxy_spoke_tls(
+    sqlite_store: Store,
+    served: Served,
+    proxies: tuple[str, ...],
+    headers: dict[str, str],
+    secure: bool,
+) -> None:
+    async with served(
+        sqlite_store, config(token=TOKEN, trusted_proxies=proxies)
+    ) as client:
+        login = await client.post("/login", data={"token": TOKEN}, headers=headers)
+        assert login.status_code == 303
+        assert ("; secure" in login.headers["set-cookie"].lower()) is secure
+
+
+@pytest.mark.parametrize(
+    "weak",
+    [
+        "",
+        " ",
+        "a",
+        "change-me",
+        "Vq3xZ8pL0sN4tY7wB2mK6",  # 21 characters
+        "a" * 40,
+        "abababababababababababab",
+        "Vq3xZ8pL0sN4tY7wB2mK6r q",  # a space
+        "Vq3xZ8pL0sN4tY7wB2mK6r\u00e9",
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_weak_token_is_refused_at_start(sqlite_store: Store, weak: str) -> None:
+    with pytest.raises(ConfigurationError, match="too weak") as info:
+        check_bind(config(token=weak))
+    assert len(weak) < 5 or weak not in str(info.value)  # never repeated
+    async with sqlite_store.host() as host:
+        with pytest.raises(ConfigurationError, match="--new-token"):
+            create_app(host, config(token=weak))
+
+
+def test_serve_refuses_a_weak_token_and_prints_a_strong_one(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNKEEP_SERVE__TOKEN", "change-me-please")
+    refused = cli("serve", store=sqlite_store)
+    assert refused.exit_code != 0
+    assert "too weak" in one_line_error(refused)
+    made = {cli("serve", "--new-token").output.strip() for _ in range(3)}
+    assert len(made) == 3
+    for token in made:
+        check_token(token)
+        assert len(token) >= 43

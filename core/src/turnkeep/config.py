@@ -123,7 +123,8 @@ class ServeConfig:
     Attributes:
         token: the bearer token writes (and, unless `open_reads`, reads)
             need; unset, writes are refused and only 127.0.0.1 is served.
-            Prefer the environment (`TURNKEEP_SERVE__TOKEN`) to a file.
+            At least 22 characters (`turnkeep serve --new-token` makes
+            one). Prefer the environment (`TURNKEEP_SERVE__TOKEN`) to a file.
         open_reads: serve the read endpoints and the page without a token.
         host: the address to bind; another than 127.0.0.1/::1/localhost
             needs a token.
@@ -135,6 +136,9 @@ class ServeConfig:
         burst: how many requests may come at once before the rate applies.
         streams_per_client: open SSE streams per token (or address).
         max_streams: open SSE streams in all.
+        trusted_proxies: addresses or networks (`10.0.0.0/8`) of reverse
+            proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are
+            believed, for per-address budgets and the cookie's `Secure`.
     """
 
     token: str | None = None
@@ -147,6 +151,7 @@ class ServeConfig:
     burst: int = attrs.field(default=100, validator=positive)
     streams_per_client: int = attrs.field(default=16, validator=positive)
     max_streams: int = attrs.field(default=1024, validator=positive)
+    trusted_proxies: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -30,6 +30,7 @@ MISSING_SERVE: Final = (
     epilog="\b\nExamples:\n"
     "  turnkeep serve                          # http://127.0.0.1:8765/\n"
     "  turnkeep --store sqlite:./s.db serve --port 9000\n"
+    "  turnkeep serve --new-token                # print a strong token\n"
     "  TURNKEEP_SERVE__TOKEN=... turnkeep serve --host 0.0.0.0",
 )
 @click.option("--host", "bind", metavar="ADDRESS", help="Address to bind [127.0.0.1].")
@@ -40,22 +41,34 @@ MISSING_SERVE: Final = (
     default=None,
     help="Serve the read endpoints and the page without the token.",
 )
+@click.option(
+    "--new-token",
+    is_flag=True,
+    help="Print a strong token for TURNKEEP_SERVE__TOKEN and exit.",
+)
 @common_options
-def serve(bind: str | None, port: int | None, open_reads: bool | None) -> None:
+def serve(
+    bind: str | None, port: int | None, open_reads: bool | None, new_token: bool
+) -> None:
     """Serve the store's sessions over HTTP: JSON, SSE and a web page.
 
     Shows committed events only. Writes (POST /recover) need the bearer
     token (TURNKEEP_SERVE__TOKEN or [serve] token), and so do reads unless
-    --open-reads. Binding an address other than loopback needs a token.
+    --open-reads. Binding an address other than loopback needs a token. A
+    token shorter than 22 characters is refused; --new-token prints one.
     """
     try:
         from turnkeep.serve import check_bind, serve as run
+        from turnkeep.serve.tokens import new_token as make_token
     except ModuleNotFoundError as exc:
         top = (exc.name or "").partition(".")[0]
         if top not in SERVE_MODULES:
             raise
         click.echo(f"turnkeep: {MISSING_SERVE.format(name=top)}", err=True)
         raise click.exceptions.Exit(2) from None
+    if new_token:
+        click.echo(make_token())
+        return
 
     async def body() -> int:
         async with open_store() as store:

@@ -6,8 +6,10 @@ only reads sessions, except for `POST /recover` (the recovery sweep), and
 shows committed (durable) events only. Modules, one idea each:
 
 - `problems`: errors as JSON with a stable `code`, never a traceback;
-- `guard`: the bearer token, the per-client request and stream budgets,
-  the bind rule;
+- `guard`: who may ask what (the bearer token, the sign-in cookie, the
+  anti-forgery header), with `tokens` (what a token must be), `clients`
+  (the client's address, through trusted proxies) and `budgets` (requests,
+  streams and failed authentications per client);
 - `query`: parsing and bounding query parameters and bodies;
 - `listing`: one page of sessions, filtered (the one place that knows how);
 - `follow`: waiting for a session's next commit, and the shared tail that

@@ -24,8 +24,10 @@ from turnkeep.errors import TurnkeepError
 from turnkeep.hookspecs import hookimpl
 from turnkeep.host import Host
 from turnkeep.serve.api import Api
+from turnkeep.serve.budgets import Budgets
+from turnkeep.serve.clients import Clients, parse_networks
 from turnkeep.serve.follow import Tails
-from turnkeep.serve.guard import Budgets, Guard
+from turnkeep.serve.guard import Guard
 from turnkeep.serve.page import Pages
 from turnkeep.serve.problems import (
     CatchBugs,
@@ -74,6 +76,8 @@ def create_app(
 
     Raises:
         PersistenceNotConfiguredError: the host has no backend.
+        ConfigurationError: the token is too weak to resist guessing
+            (`turnkeep.serve.tokens`), or a trusted proxy is no address.
     """
     config = config if config is not None else host.config.serve
     backend = host.require_persistence()
@@ -87,6 +91,7 @@ def create_app(
             streams_per_client=config.streams_per_client,
             max_streams=config.max_streams,
         ),
+        clients=Clients(parse_networks(config.trusted_proxies)),
     )
     api = Api(host=host, config=config, guard=guard, tails=tails, heartbeat=heartbeat)
     pages = Pages(api)

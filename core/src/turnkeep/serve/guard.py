@@ -12,29 +12,36 @@ send the cookie but cannot read the page, so it cannot send the header;
 a cookie write without it (or with a wrong one) is `403 csrf-mismatch`.
 Tokens are compared in constant time (`hmac.compare_digest`). Without a
 token, writes are refused and reads are open (the service then binds
-loopback only, see `turnkeep.serve.run`).
+loopback only, see `turnkeep.serve.run`); a weak token is refused at start
+(`turnkeep.serve.tokens`).
 
 Budgets are per client: the token when one was given, otherwise the
-client's address. Each client has a token bucket of requests (a sustained
-rate and a burst) and a number of open SSE streams; all streams together
-are capped too. A spent budget is `429` with `Retry-After`.
+client's address (`turnkeep.serve.clients`, which believes forwarded
+headers from trusted proxies only). A request without a valid credential
+spends its address's budget before it is refused. A wrong bearer token or
+sign-in counts as a failure of its address (`turnkeep.serve.budgets`):
+after a few, the address waits, longer after each further failure, before
+any credential it presents is even looked at. A spent budget is `429` with
+`Retry-After`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
-import time
-from collections.abc import Callable
 from typing import Final
 
 import attrs
 from starlette.requests import Request
 
+from turnkeep.serve.budgets import Budgets, Failures
+from turnkeep.serve.clients import Clients
 from turnkeep.serve.problems import Problem
+from turnkeep.serve.tokens import check_token
 
-__all__ = ["COOKIE", "CSRF_HEADER", "Budgets", "Guard"]
+__all__ = ["COOKIE", "CSRF_HEADER", "Guard"]
 
 COOKIE: Final = "turnkeep_token"
 """The cookie that carries the token for the web page's reads."""
@@ -42,77 +49,24 @@ COOKIE: Final = "turnkeep_token"
 CSRF_HEADER: Final = "X-Turnkeep-CSRF"
 """The header a cookie-carried write must add: the page's anti-forgery token."""
 
-_PRUNE_AT: Final = 4096
-"""Buckets kept before the full (idle) ones are forgotten."""
 
-
-@attrs.define(eq=False)
-class Budgets:
-    """Request buckets and stream counts per client key."""
-
-    rate: float
-    burst: int
-    streams_per_client: int
-    max_streams: int
-    clock: Callable[[], float] = time.monotonic
-    _buckets: dict[str, tuple[float, float]] = attrs.field(
-        init=False, factory=dict[str, tuple[float, float]]
-    )
-    _streams: dict[str, int] = attrs.field(init=False, factory=dict[str, int])
-
-    def take(self, key: str) -> float | None:
-        """Spend one request of `key`'s budget; `None` if granted, else the wait."""
-        now = self.clock()
-        tokens, then = self._buckets.get(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - then) * self.rate)
-        if tokens < 1.0:
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
-        self._buckets[key] = (tokens - 1.0, now)
-        if len(self._buckets) > _PRUNE_AT:
-            self._prune(now)
-        return None
-
-    def _prune(self, now: float) -> None:
-        # A bucket that has refilled is the same as no bucket.
-        full = [
-            k
-            for k, (tokens, then) in self._buckets.items()
-            if tokens + (now - then) * self.rate >= self.burst
-        ]
-        for key in full:
-            del self._buckets[key]
-
-    def open_stream(self, key: str) -> bool:
-        """Count a new stream for `key`, unless a limit is reached."""
-        if self.open_streams >= self.max_streams:
-            return False
-        if self._streams.get(key, 0) >= self.streams_per_client:
-            return False
-        self._streams[key] = self._streams.get(key, 0) + 1
-        return True
-
-    def close_stream(self, key: str) -> None:
-        """Count a stream of `key` as closed."""
-        left = self._streams.get(key, 0) - 1
-        if left > 0:
-            self._streams[key] = left
-        else:
-            self._streams.pop(key, None)
-
-    @property
-    def open_streams(self) -> int:
-        """Streams open now, over all clients."""
-        return sum(self._streams.values())
+def _retry(wait: float) -> dict[str, str]:
+    return {"Retry-After": str(max(1, math.ceil(wait)))}
 
 
 @attrs.define(eq=False)
 class Guard:
-    """The token check and the budgets, asked by every endpoint first."""
+    """The token check and the budgets, asked by every endpoint first.
 
-    token: str | None
+    Raises:
+        ConfigurationError: `token` is too weak (`check_token`).
+    """
+
+    token: str | None = attrs.field(validator=lambda _i, _a, v: check_token(v))
     open_reads: bool
     budgets: Budgets
+    failures: Failures = attrs.field(factory=Failures)
+    clients: Clients = attrs.field(factory=Clients)
     _secret: bytes = attrs.field(
         init=False, factory=lambda: secrets.token_bytes(32), repr=False
     )
@@ -123,9 +77,20 @@ class Guard:
         Raises:
             Problem: 401 (no or wrong token), 403 (writes without a
                 configured token; a cookie write without the right
-                anti-forgery header), 429 (request budget spent).
+                anti-forgery header), 429 (request budget spent, or the
+                address failed to authenticate too often).
         """
+        address = self.clients.address(request)
         authed = self._authenticated(request, write=write)
+        key = self._key(address, authed)
+        wait = self.budgets.take(key)
+        if wait is not None:
+            raise Problem(
+                429,
+                "rate-limited",
+                "too many requests from this client; retry later",
+                headers=_retry(wait),
+            )
         if write and self.token is None:
             raise Problem(
                 403,
@@ -140,30 +105,53 @@ class Guard:
                 "a valid bearer token is required (Authorization: Bearer <token>)",
                 headers={"WWW-Authenticate": 'Bearer realm="turnkeep"'},
             )
-        key = self.key(request, authed)
-        wait = self.budgets.take(key)
+        return key
+
+    def _key(self, address: str, authed: bool) -> str:
+        if authed and self.token is not None:
+            digest = hashlib.sha256(self.token.encode()).hexdigest()[:16]
+            return f"token:{digest}"
+        return f"addr:{address}"
+
+    def address_key(self, request: Request) -> str:
+        """The budget key of `request`'s address (a request without credential)."""
+        return f"addr:{self.clients.address(request)}"
+
+    def attempt(self, request: Request) -> str:
+        """Let `request` present a credential, or refuse: its address.
+
+        Raises:
+            Problem: 429 while its address waits after failed attempts.
+        """
+        address = self.clients.address(request)
+        wait = self.failures.wait(address)
         if wait is not None:
             raise Problem(
                 429,
                 "rate-limited",
-                "too many requests from this client; retry later",
-                headers={"Retry-After": str(max(1, round(wait + 0.5)))},
+                "too many failed sign-ins from this address; retry later",
+                headers=_retry(wait),
             )
-        return key
-
-    def key(self, request: Request, authed: bool) -> str:
-        """The client's budget key: its token, or its address."""
-        if authed and self.token is not None:
-            digest = hashlib.sha256(self.token.encode()).hexdigest()[:16]
-            return f"token:{digest}"
-        host = request.client.host if request.client is not None else "?"
-        return f"addr:{host}"
+        return address
 
     def accepts(self, presented: str) -> bool:
         """Whether `presented` is the token (constant time)."""
         if self.token is None:
             return False
         return hmac.compare_digest(presented.encode(), self.token.encode())
+
+    def sign_in(self, request: Request, presented: str) -> bool:
+        """Check a credential presented by `request`, counting a failure.
+
+        Raises:
+            Problem: 429 while its address waits (see `attempt`).
+        """
+        address = self.attempt(request)
+        if self.accepts(presented):
+            self.failures.succeeded(address)
+            return True
+        self.failures.failed(address)
+        return False
 
     def csrf_token(self, request: Request) -> str | None:
         """The anti-forgery token for a reader signed in by cookie, else `None`."""
@@ -181,7 +169,9 @@ class Guard:
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, value = header.partition(" ")
-            if scheme.lower() != "bearer" or not self.accepts(value.strip()):
+            # Another scheme is a failed attempt too ("" is never the token).
+            presented = value.strip() if scheme.lower() == "bearer" else ""
+            if not self.sign_in(request, presented):
                 raise Problem(
                     401,
                     "unauthorized",

@@ -16,6 +16,7 @@ way a write accepts the cookie (`turnkeep.serve.guard`).
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from html import escape
 from importlib.resources import files
@@ -198,16 +199,26 @@ class Pages:
     async def login(self, request: Request) -> Response:
         """`POST /login` (form `token=...`): keep the token in a cookie."""
         guard = self.api.guard
-        wait = guard.budgets.take(guard.key(request, authed=False))
-        if wait is not None:  # guessing tokens costs the request budget
-            raise Problem(429, "rate-limited", "too many requests; retry later")
+        wait = guard.budgets.take(guard.address_key(request))
+        if wait is not None:
+            raise Problem(
+                429,
+                "rate-limited",
+                "too many requests; retry later",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        guard.attempt(request)  # an address that failed too often waits first
         body = await json_body_or_form(request, self.api.config.max_body)
-        token = body.get("token", "")
-        if not self.api.guard.accepts(token):
+        if not guard.sign_in(request, body.get("token", "")):
             return _login("That token is not valid.", status=401)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
-            COOKIE, token, httponly=True, samesite="strict", path="/", secure=False
+            COOKIE,
+            body["token"],
+            httponly=True,
+            samesite="strict",
+            path="/",
+            secure=guard.clients.is_https(request),
         )
         return response
 

@@ -2,6 +2,7 @@
 
 The service binds 127.0.0.1 unless told otherwise, and refuses to bind any
 other address without a token: an open service is for this machine only.
+It refuses to start with a token too weak to resist guessing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from turnkeep.config import ServeConfig
 from turnkeep.errors import ConfigurationError
 from turnkeep.host import Host
 from turnkeep.serve.app import create_app
+from turnkeep.serve.tokens import check_token
 
 __all__ = ["check_bind", "is_loopback", "serve"]
 
@@ -29,11 +31,14 @@ def is_loopback(address: str) -> bool:
 
 
 def check_bind(config: ServeConfig) -> None:
-    """Refuse a non-loopback bind without a token.
+    """Refuse a weak token, and a non-loopback bind without a token.
 
     Raises:
-        ConfigurationError: `config.host` is not loopback and no token is set.
+        ConfigurationError: the token is too weak to resist guessing
+            (`turnkeep.serve.tokens.check_token`), or `config.host` is not
+            loopback and no token is set.
     """
+    check_token(config.token)
     if not is_loopback(config.host) and not config.token:
         raise ConfigurationError(
             f"refusing to serve on {config.host}, which is not loopback, without a "
