@@ -140,7 +140,14 @@ def _sha256(data: bytes) -> str:
 
 def _file_sha256(path: str) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    # Non-blocking and checked: a FIFO swapped in after the `lstat` must not
+    # hold the walk's thread waiting for a writer (R23).
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(path)  # no longer the regular file we saw
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()

@@ -19,7 +19,7 @@ import attrs
 
 from coding_agent import reaper
 from coding_agent.readonly import command_writes
-from coding_agent.workspace import Workspace
+from coding_agent.workspace import Workspace, special_kind
 from turnkeep.agent.tools import Tool, ToolContext, int_argument, str_argument
 from turnkeep.effectdata import UnknownPolicy
 from turnkeep.errors import ToolError
@@ -136,14 +136,22 @@ class Search:
     def _search(self, text: str, start: str) -> str:
         pattern = re.compile(re.escape(text))
         matches: list[str] = []
+        skipped: list[str] = []
         # Symlinks are never followed, so the walk cannot leave the workspace.
         for directory, dirs, files in os.walk(start, followlinks=False):
             dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
             for filename in sorted(files):
                 full = os.path.join(directory, filename)
-                if os.path.islink(full):
-                    continue
                 relative = os.path.relpath(full, self.workspace.root)
+                try:
+                    kind = special_kind(os.lstat(full).st_mode)
+                except OSError:
+                    continue  # gone meanwhile
+                if kind == "a symlink":
+                    continue
+                if kind is not None:  # a FIFO would block the read (R23)
+                    skipped.append(f"{relative} ({kind})")
+                    continue
                 try:
                     lines = self.workspace.read_text(relative).splitlines()
                 except ToolError:
@@ -153,7 +161,10 @@ class Search:
                         matches.append(f"{relative}:{number}: {line.strip()}")
                         if len(matches) >= MAX_MATCHES:
                             return "\n".join([*matches, "[... more matches cut]"])
-        return "\n".join(matches) if matches else "no matches"
+        found = matches or ["no matches"]
+        if skipped:
+            found.append(f"[skipped, not regular files: {', '.join(skipped)}]")
+        return "\n".join(found)
 
 
 @attrs.frozen

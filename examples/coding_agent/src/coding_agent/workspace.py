@@ -3,7 +3,10 @@
 Every path a tool receives is relative to the workspace root and is refused
 (`ToolError`) if it is absolute, contains NUL, or resolves (following
 symlinks) outside the root; files are opened with `O_NOFOLLOW`, so a symlink
-planted at the last component is refused rather than followed out.
+planted at the last component is refused rather than followed out. Only
+regular files are read: a FIFO, a device or a socket is refused before it
+is opened, and the open itself never waits (`O_NONBLOCK`), since an open
+that blocks would hold a thread that no cancel or timeout can stop (R23).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import attrs
 
 from turnkeep.errors import ToolError
 
-__all__ = ["MAX_READ_BYTES", "Workspace"]
+__all__ = ["MAX_READ_BYTES", "Workspace", "special_kind"]
 
 MAX_READ_BYTES: Final = 64 * 1024
 """The most a tool reads from one file (more is cut, and says so)."""
@@ -59,14 +62,22 @@ class Workspace:
         """Read a text file (at most `limit` bytes, marked when cut)."""
         path = self.resolve(relative)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            _refuse_special(relative, os.lstat(path).st_mode)
+            # O_NONBLOCK: a FIFO swapped in since the look above opens at once
+            # instead of waiting for a writer, in a thread no cancel can stop.
+            fd = os.open(
+                path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+            )
         except FileNotFoundError:
             raise ToolError(f"{relative!r} does not exist") from None
         except OSError as exc:
             raise ToolError(f"cannot open {relative!r}: {exc.strerror}") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            _refuse_special(relative, os.fstat(fd).st_mode)
+            os.set_blocking(fd, True)  # a regular file: reads never wait anyway
+        except BaseException:
             os.close(fd)
-            raise ToolError(f"{relative!r} is not a regular file")
+            raise
         with os.fdopen(fd, "rb") as handle:
             data = handle.read(limit + 1)
         text = data[:limit].decode("utf-8", "replace")
@@ -100,3 +111,26 @@ class Workspace:
             os.close(fd)
         os.replace(temp, path)
         return len(data)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file that is not a regular one is (`None` for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _refuse_special(relative: str, mode: int) -> None:
+    kind = special_kind(mode)
+    if kind is not None:
+        raise ToolError(f"{relative!r} is {kind}, not a regular file; not read")
