@@ -158,6 +158,8 @@ async def test_run_command_arguments_that_name_paths_stay_inside(
 ) -> None:
     command = tools(workspace)["run_command"]
     (workspace.root / "sub").mkdir()
+    (workspace.root / "lnk").symlink_to(workspace.root.parent)
+    (workspace.root / "in").symlink_to(workspace.root / "sub")
     for outside in (
         "cat /etc/passwd",
         "ls ..",
@@ -170,6 +172,15 @@ async def test_run_command_arguments_that_name_paths_stay_inside(
         "curl file:///etc/passwd",
         "touch /tmp/new-file-here",  # does not exist, but /tmp does
         f"ls {workspace.root.parent}",
+        # through a symlink inside the workspace that leads out
+        "cat lnk/secret.txt",
+        "ls lnk",
+        "touch lnk/new-file-here",
+        "cp notes.txt --target-directory=lnk",
+        # glued to the last of a cluster of short options
+        "sort -uo/tmp/sorted notes.txt",
+        "sort -ruo../out notes.txt",
+        "sort -uolnk/out notes.txt",
     ):
         with pytest.raises(ToolError, match="names a path outside the workspace"):
             await run(command, command=outside)
@@ -180,6 +191,11 @@ async def test_run_command_arguments_that_name_paths_stay_inside(
         # Patterns that look like absolute paths but name nothing there.
         "sed -n /def-main/,/^$/p sub",
         "grep -rn /api/v1 sub",
+        # a symlink that stays inside, and clusters whose values stay inside
+        "ls in",
+        "sort -uosub/sorted notes.txt",
+        "sort -ruo./sub/x notes.txt",
+        "grep -rn5 answer sub",
     ):
         assert (await run(command, command=inside)).startswith("exit status")
 

@@ -40,6 +40,7 @@ MAX_OUTPUT: Final = 16 * 1024
 """The most command output handed back to the model."""
 MAX_MATCHES: Final = 50
 _SKIP_DIRS: Final = frozenset({".git", "__pycache__", ".venv", "node_modules"})
+_OPTION_LETTERS: Final = re.compile(r"[A-Za-z0-9]+")
 
 
 def _schema(**properties: dict[str, Any]) -> dict[str, Any]:
@@ -254,9 +255,10 @@ class RunCommand:
     want an idempotency key.
 
     Its arguments are checked on a best-effort basis: a path outside the
-    workspace that an argument names (absolute or through `..`; whole, after
-    an `=`, attached to a short option, or as a `file://` URL) is refused
-    when it, or the directory it would be created in, exists, so patterns
+    workspace that an argument names (absolute, through `..` or through a
+    symlink inside the workspace, resolved; whole, after an `=`, glued to a
+    short option or to the last of a cluster of them, or as a `file://` URL)
+    is refused when it, or the directory it would be created in, exists, so patterns
     such as `sed -n '/def/,/^$/p'` pass. This is a guard against mistakes,
     not confinement: the program runs as this user and can open whatever
     this user can (a path built at run time, or read from a file).
@@ -333,21 +335,32 @@ class RunCommand:
         return f"exit status {process.returncode}\n{text}"
 
     def _check_path_argument(self, argument: str) -> None:
-        candidates = [argument, *argument.split("=")[1:]]
+        candidates = [(argument, False), *((a, False) for a in argument.split("=")[1:])]
         if argument.startswith("-") and not argument.startswith("--"):
-            candidates.append(argument[2:])  # -o/path, -C..
+            # A value may be glued to any letter of a cluster of short
+            # options: `-o/path`, `-C..`, and `-uo/path` (`sort -u -o /path`).
+            # Which letters take a value is the program's business, so every
+            # split is tried; past the first, a split may cut a relative
+            # value (`-uosub/x` tries `/x`), so a new file in `/` is let pass.
+            letters = _OPTION_LETTERS.match(argument, 1)
+            end = letters.end() if letters else 1
+            candidates.extend((argument[at:], at > 2) for at in range(2, end + 1))
         root = self.workspace.root
-        for candidate in candidates:
+        for candidate, guessed in candidates:
             candidate = candidate.removeprefix("file://")
-            if not (os.path.isabs(candidate) or ".." in candidate.split("/")):
+            if not candidate:
                 continue
+            # Relative ones too: a symlink inside the workspace may lead out.
             try:
                 target = (root / candidate).resolve(strict=False)
                 if target == root or root in target.parents:
                     continue
-                names_a_path = target.exists() or target.parent.is_dir()
+                parent = target.parent
+                names_a_path = target.exists() or (
+                    parent.is_dir() and not (guessed and parent == parent.parent)
+                )
             except (OSError, ValueError):  # unreadable or not a path at all
-                names_a_path = True
+                names_a_path = os.path.isabs(candidate) or ".." in candidate.split("/")
             if names_a_path:
                 raise ToolError(
                     f"argument {argument!r} names a path outside the workspace; "
