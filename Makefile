@@ -44,9 +44,9 @@ bench-full: ## Every benchmark module at full size (the loop at T = 1,000 turns,
 # The plots the documentation site shows: a full run of the user's path and
 # the scaling curves, written where docs/benchmarks.md finds them. Run it on
 # a quiet machine (see `uptime`) and commit docs/benchmarks/.
-bench-docs: ## A full run of bench_loop, bench_scaling and bench_long into docs/benchmarks/ (commit the result)
+bench-docs: ## A full run of bench_loop, bench_stream, bench_open, bench_pgfleet, bench_scaling and bench_long into docs/benchmarks/ (commit the result)
 	$(SYNC) --group bench && BENCH_FULL=1 BENCH_LOOP_TURNS=1000 BENCH_OUT=docs/benchmarks \
-		$(UV) run --no-sync python -m benchmarks loop scaling long
+		$(UV) run --no-sync python -m benchmarks loop stream open pgfleet scaling long
 
 soak: ## Long randomised reliability runs (prints their seeds)
 	$(SYNC) && $(UV) run --no-sync pytest -m soak -p no:cacheprovider --soak

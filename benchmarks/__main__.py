@@ -28,11 +28,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results as results_file
+from benchmarks import results as results_file, usergoals
 
 LEAD = ("bench_loop",)
-QUICK = ("bench_loop", "bench_jsonl", "bench_sqlite", "bench_scaling")
-"""What `make bench` runs: the user's path, the backend breakdown, the curves."""
+QUICK = (
+    "bench_loop",
+    "bench_stream",
+    "bench_open",
+    "bench_jsonl",
+    "bench_sqlite",
+    "bench_scaling",
+)
+"""What `make bench` runs: the user's path (the lean loop, then a real
+model's stream and open per request, small), the backend breakdown, the
+curves. The PostgreSQL fleet (`bench_pgfleet`: 16 worker processes started
+per history size) is left to `make bench-all`."""
 QUICK_SECONDS = 60
 """What the quick run is meant to take; it says so when it took longer."""
 
@@ -82,11 +92,17 @@ def main(argv: list[str]) -> int:
         os.environ.setdefault("BENCH_QUICK", "1")
     start = time.perf_counter()
     results: dict[str, Any] = {"machine": results_file.machine()}
+    seconds: dict[str, float] = {}
     for name in wanted:
         print(f"\n=== {name} ===", flush=True)
+        began = time.perf_counter()
         measured = importlib.import_module(f"benchmarks.{name}").main()
+        seconds[name] = round(time.perf_counter() - began, 1)
+        print(f"({name}: {seconds[name]:.0f} s)")
         if measured is not None:
             results[name] = measured
+    results["module_seconds"] = seconds
+    usergoals.report(results)
     results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(os.environ.get("BENCH_OUT") or results_file.DEFAULT_OUT)
     written = results_file.write(results, out)

@@ -7,7 +7,11 @@
   turns, and the payload;
 - `load.png`: load time against session size (`bench_scaling`);
 - `concurrency.png`: durable turns per second against concurrent sessions
-  (`bench_scaling`).
+  (`bench_scaling`);
+- `open.png`: a fresh process's time to append, and to the model's first
+  call, against the session's events, per backend (`bench_open`);
+- `pgfleet.png`: turns per second and p99 of the PostgreSQL fleet, with no
+  affinity, pinned and raw, against the history size (`bench_pgfleet`).
 
 A plot whose data the run did not measure is not drawn.
 """
@@ -167,6 +171,80 @@ def concurrency(curve: dict[str, Any], out: Path) -> Path:
     return _save(fig, out / "concurrency.png")
 
 
+def open_per_request(measured: dict[str, Any], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colours = {**COLOURS, "postgres": "tab:purple"}
+    for backend, figures in measured["loop"].items():
+        rows = figures["sizes"]
+        events = [row["streamed"]["events"] for row in rows]
+        colour = colours.get(backend, "gray")
+        for ys, style, what in (
+            ([row["ready_s"] for row in rows], "-", "ready to append"),
+            (
+                [row["streamed"]["first_call_s"] for row in rows],
+                "--",
+                "to first model call",
+            ),
+            (
+                [row["one_delta"]["first_call_s"] for row in rows],
+                ":",
+                "to first model call, one delta per reply",
+            ),
+        ):
+            ax.plot(
+                events,
+                [y * 1e3 for y in ys],
+                color=colour,
+                linestyle=style,
+                marker="o",
+                label=f"{backend}: {what}",
+            )
+    ax.axhline(25, color="black", linewidth=0.8, linestyle="-.", label="goal: 25 ms")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("events in the session (streamed replies)")
+    ax.set_ylabel("ms in a fresh process (median)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out / "open.png")
+
+
+def pgfleet(measured: dict[str, Any], out: Path) -> Path:
+    points = measured["curve"]
+    history = [p["history_events"] for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    styles = {
+        "open": ("tab:purple", "-", "no affinity: open + turn + close"),
+        "pinned": ("tab:purple", "--", "pinned: run_turn"),
+        "raw": ("black", ":", "raw psycopg"),
+    }
+    for mode, (colour, style, label) in styles.items():
+        axes[0].plot(
+            history,
+            [p[mode]["turns_per_s"] for p in points],
+            color=colour,
+            linestyle=style,
+            marker="o",
+            label=label,
+        )
+        axes[1].plot(
+            history,
+            [p[mode]["p99_ms"] for p in points],
+            color=colour,
+            linestyle=style,
+            marker="o",
+            label=label,
+        )
+    axes[0].set_ylabel(f"turns per second, {measured['workers']} processes")
+    axes[1].set_ylabel("p99 of a request, ms")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel(f"events per session ({measured['sessions']} sessions)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, out / "pgfleet.png")
+
+
 def render(results: dict[str, Any], out: Path) -> list[Path]:
     """Draw every plot the results have data for; return the files."""
     drawn: list[Path] = []
@@ -176,4 +254,10 @@ def render(results: dict[str, Any], out: Path) -> list[Path]:
     scaling = results.get("bench_scaling")
     if scaling is not None:
         drawn += [load(scaling["load"], out), concurrency(scaling["concurrency"], out)]
+    opened = results.get("bench_open")
+    if opened is not None:
+        drawn.append(open_per_request(opened, out))
+    fleet = results.get("bench_pgfleet")
+    if fleet is not None:
+        drawn.append(pgfleet(fleet, out))
     return drawn

@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from benchmarks import usergoals
+
 DEFAULT_OUT = Path(__file__).parent / "results"
 PACKAGES = (
     "turnkeep",
@@ -181,6 +183,7 @@ def summary(results: dict[str, Any]) -> str:
                 f"{_fmt_ratio(r['sqlite'][key], goal)} |"
             )
         lines.append("")
+    lines += usergoals.table(results)
     lines += _long(results.get("bench_long"))
     lines += _langgraph(results.get("bench_langgraph"))
     m = results["machine"]
