@@ -6,10 +6,18 @@ loop records them in each `turn/end` (`TurnEndData.manifest`). Used by the
 host (`Host.turn_manifest`) and the agent loop (`turnkeep.agent.manifest`):
 
 - `gather` asks every implementation and merges the answers by name;
-- `last_manifest` finds the manifest a log last committed: the latest
-  `turn/end` that names one, or a later `run/drift` (a resume that accepted
-  a changed world, whose versions are then the ones to compare with);
-- `differences` says, name by name, where the world and that manifest part.
+- `last_manifest` finds the ready commit: the manifest of the latest
+  *completed* turn's `turn/end`, or a later `run/drift` (a continuation that
+  accepted a changed world, whose versions are then the ones to compare
+  with). A failed, cancelled or interrupted turn records what it observed
+  in its own `turn/end`, but never becomes the baseline;
+- `unfinished_after` finds the latest such turn after the ready commit;
+- `differences` says, name by name, where the world and that manifest part,
+  and which differences that unfinished turn explains (it left the world so);
+- `drift_from` puts them together into the `run/drift` a continuation
+  records (`None`: nothing differs, or nothing to compare with);
+- `needs_reconciling` says whether a live session's last turn ended
+  unfinished with nothing recorded since (a warm continuation checks then).
 
 Every name on either side counts: a name the world no longer gives (its
 plugin gone, its state removed) differs as much as a new version does, and
@@ -30,8 +38,10 @@ from turnkeep.events import (
     Manifest,
     ManifestDifference,
     RunDrift,
+    RunDriftData,
     SessionEvent,
     TurnEnd,
+    TurnStart,
 )
 
 if TYPE_CHECKING:
@@ -39,7 +49,15 @@ if TYPE_CHECKING:
 
     from turnkeep.session import Session
 
-__all__ = ["differences", "gather", "incomplete_name", "last_manifest"]
+__all__ = [
+    "differences",
+    "drift_from",
+    "gather",
+    "incomplete_name",
+    "last_manifest",
+    "needs_reconciling",
+    "unfinished_after",
+]
 
 _log: Final = logging.getLogger("turnkeep")
 _GAP_TEXT: Final = 300
@@ -126,30 +144,96 @@ async def _ask(impl: HookImpl, session: Session) -> Mapping[str, str]:
 
 
 def last_manifest(events: Sequence[SessionEvent]) -> tuple[int, Manifest] | None:
-    """The manifest `events` last committed, with the seq of its event.
+    """The ready commit of `events`: the manifest to compare the world with.
 
-    The latest `turn/end` that names a manifest, or `run/drift` after it
-    (`None`: the log names none). Reads from the end back to that event.
+    The latest `turn/end` of a completed turn that names a manifest, or a
+    `run/drift` after it, with the seq of its event (`None`: the log names
+    none). A turn that failed, was cancelled, interrupted or stopped by a
+    budget never moves it. Reads from the end back to that event.
     """
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
         if isinstance(event, TurnEnd):
             manifest = event.data.manifest
-            if isinstance(manifest, dict):
+            if event.data.status == "completed" and isinstance(manifest, dict):
                 return event.seq, manifest
         elif isinstance(event, RunDrift):
             return event.seq, event.data.manifest
     return None
 
 
+def unfinished_after(
+    events: Sequence[SessionEvent], since: int
+) -> tuple[int, Manifest] | None:
+    """The latest turn after seq `since` that ended unfinished, naming a manifest.
+
+    Returns its `turn/end`'s seq and the manifest it recorded (what the world
+    was when it stopped), or `None`.
+    """
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.seq <= since:
+            break
+        if isinstance(event, TurnEnd) and event.data.status != "completed":
+            manifest = event.data.manifest
+            if isinstance(manifest, dict):
+                return event.seq, manifest
+    return None
+
+
 def differences(
-    recorded: Mapping[str, str], current: Mapping[str, str]
+    recorded: Mapping[str, str],
+    current: Mapping[str, str],
+    unfinished: tuple[int, Manifest] | None = None,
 ) -> list[ManifestDifference]:
-    """Each name whose version differs, by name (none: `[]`)."""
-    return [
-        ManifestDifference(
-            name=name, recorded=recorded.get(name), current=current.get(name)
+    """Each name whose version differs, by name (none: `[]`).
+
+    With `unfinished` (a turn/end's seq and the manifest it recorded), a
+    difference whose current version is the one that turn left names it as
+    its explanation (`explained_by`).
+    """
+    found: list[ManifestDifference] = []
+    for name in sorted(recorded.keys() | current.keys()):
+        was, now = recorded.get(name), current.get(name)
+        if was == now:
+            continue
+        by = None
+        if unfinished is not None and unfinished[1].get(name) == now:
+            by = unfinished[0]
+        found.append(
+            ManifestDifference(name=name, recorded=was, current=now, explained_by=by)
         )
-        for name in sorted(recorded.keys() | current.keys())
-        if recorded.get(name) != current.get(name)
-    ]
+    return found
+
+
+def drift_from(
+    events: Sequence[SessionEvent], current: Manifest
+) -> RunDriftData | None:
+    """The `run/drift` that continuing `events` in a world at `current` records.
+
+    `None` when the log names no ready commit or the world is at it.
+    """
+    last = last_manifest(events)
+    if last is None:
+        return None
+    since, recorded = last
+    found = differences(recorded, current, unfinished_after(events, since))
+    if not found:
+        return None
+    return RunDriftData(since_seq=since, differences=found, manifest=current)
+
+
+def needs_reconciling(events: Sequence[SessionEvent]) -> bool:
+    """Whether the last turn ended unfinished, naming a manifest, and nothing since.
+
+    Reads back to the last `turn/end`, `turn/start` or `run/drift`.
+    """
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if isinstance(event, TurnEnd):
+            return event.data.status != "completed" and isinstance(
+                event.data.manifest, dict
+            )
+        if isinstance(event, RunDrift | TurnStart):
+            return False
+    return False

@@ -104,8 +104,11 @@ class ManifestDriftError(TurnError):
     Attributes:
         session_id: the session.
         differences: each name whose version differs (`name`, `recorded`,
-            `current`), by name.
-        since_seq: seq of the event holding the manifest compared with.
+            `current`, and `explained_by` where the session's own unfinished
+            turn left it so), by name.
+        since_seq: seq of the event holding the manifest compared with (the
+            ready commit: the last completed turn's `turn/end`, or a later
+            `run/drift`).
     """
 
     code = "manifest-drift"

@@ -9,11 +9,20 @@ hide a change made while the session was not running:
 
 - the plugins name the world's current versions (`strict`: a failing one
   refuses the resume, as the world cannot be checked);
-- they are compared with the manifest the log last committed;
-- on a difference, `drift="refuse"` (the default) raises
+- they are compared with the ready commit: the manifest of the last
+  completed turn (or a later `run/drift`); a failed, cancelled or
+  interrupted turn never becomes it;
+- a difference the session's own unfinished turn explains (that turn's
+  `turn/end` names the world as it is now) is recorded as a `run/drift`
+  naming that turn, and the resume goes on whatever the policy;
+- on any other difference, `drift="refuse"` (the default) raises
   `ManifestDriftError` with each difference, appends nothing and lets the
   session go; `drift="record"` appends a `run/drift` event naming the
   differences and the world's versions, flushes it, and goes on.
+
+A live loop whose last turn ended unfinished makes the same comparison
+before its next turn (`reconcile_warm`) and records the same `run/drift`,
+so warm and cold continuation reach the same ready commit.
 
 A log that names no manifest, or a process in which no plugin names
 anything, is not checked. A crash inside a turn is checked like any other
@@ -23,7 +32,7 @@ only a person (or `record`) can say that is fine.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol, TypeAlias
 
 from turnkeep.agent.auditnotes import refuse_resume
@@ -34,12 +43,18 @@ from turnkeep.errors import (
     ManifestDriftError,
     ManifestHookError,
 )
-from turnkeep.events import RunDriftData, SessionEvent
+from turnkeep.events import Manifest, RunDriftData, SessionEvent
 from turnkeep.host import Host
-from turnkeep.manifests import differences, last_manifest
+from turnkeep.manifests import drift_from, last_manifest, needs_reconciling
 from turnkeep.session import Session
 
-__all__ = ["DriftPolicy", "check_and_recover", "check_drift"]
+__all__ = [
+    "DriftPolicy",
+    "check_and_recover",
+    "check_drift",
+    "explained",
+    "reconcile_warm",
+]
 
 DriftPolicy: TypeAlias = Literal["refuse", "record"]
 """What `resume` does when outside state changed since the last manifest:
@@ -66,9 +81,15 @@ async def check_drift(
 ) -> RunDriftData | None:
     """Compare the world with the session's last committed manifest.
 
+    A difference the session's own unfinished turn explains (it left the
+    world at that version: `ManifestDifference.explained_by`) is recorded
+    whatever the policy: a cancel or a failure is this session's own act,
+    and refusing it would leave the session unable to go on. If every
+    difference is so explained, nothing is refused.
+
     Returns:
-        The recorded drift (`record`), or `None` when nothing differs or
-        nothing can be compared.
+        The recorded drift, or `None` when nothing differs or nothing can
+        be compared.
 
     Raises:
         ConfigurationError: `policy` is neither `refuse` nor `record`.
@@ -79,24 +100,52 @@ async def check_drift(
     """
     if policy not in ("refuse", "record"):
         raise ConfigurationError(f"drift must be 'refuse' or 'record', got {policy!r}")
-    last = last_manifest(session.events)
-    if last is None:
+    if last_manifest(session.events) is None:
         return None
     current = await host.turn_manifest(session, strict=True)
     if current is None:
         return None
-    since, recorded = last
-    found = differences(recorded, current)
-    if not found:
+    data = drift_from(session.events, current)
+    if data is None:
         return None
-    if policy == "refuse":
-        raise ManifestDriftError(session.id, found, since)
-    data = RunDriftData(since_seq=since, differences=found, manifest=current)
+    if policy == "refuse" and not explained(data):
+        raise ManifestDriftError(session.id, data.differences, data.since_seq)
     event = session.append(data)
     if on_event is not None:
         on_event(event)
     await session.flush()
     return data
+
+
+def explained(drift: RunDriftData) -> bool:
+    """Whether the session's own unfinished turn explains every difference."""
+    return all(d.explained_by is not None for d in drift.differences)
+
+
+async def reconcile_warm(
+    session: Session,
+    manifest: Callable[[Session], Awaitable[Manifest | None]],
+    emit: Callable[[RunDriftData], object],
+) -> None:
+    """Before a live session's next turn, record what its unfinished turn left.
+
+    Only when the last turn ended unfinished naming a manifest and nothing
+    was recorded since (a cheap look back to that `turn/end`): the world is
+    asked (`manifest`, not strict: a failing plugin is a named gap, as at a
+    turn's end) and compared with the ready commit, and any difference is
+    appended through `emit` as the `run/drift` a cold resume would record.
+    A live loop never refused a world between its turns, so a difference
+    nothing explains is recorded too. It becomes durable with the turn's
+    first flush.
+    """
+    if not needs_reconciling(session.events):
+        return
+    current = await manifest(session)
+    if current is None:
+        return
+    drift = drift_from(session.events, current)
+    if drift is not None:
+        emit(drift)
 
 
 async def check_and_recover(

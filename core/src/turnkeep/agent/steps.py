@@ -37,6 +37,7 @@ from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
 from turnkeep.agent.context import ContextPlan
 from turnkeep.agent.effects import Reconciler, refuse_if_blocked, settle_unknown
 from turnkeep.agent.history import history_of
+from turnkeep.agent.manifest import reconcile_warm
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
 from turnkeep.agent.partial import ReplyText, tail_text
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
@@ -125,6 +126,8 @@ class TurnRunner:
         """Start the next turn with the user's message and run it to its end."""
         session = self.session
         refuse_if_blocked(session)  # before anything is appended or asked
+        emit = functools.partial(self._emit, SessionEvent)
+        await reconcile_warm(session, self.manifest, emit)
         turn = last_turn_number(session.events) + 1
         self.meter.start()
         start = self._emit(TurnStart, TurnStartData(turn=turn))
