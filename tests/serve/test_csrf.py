@@ -30,7 +30,7 @@ async def signed_in_token(client: httpx.AsyncClient, session_id: str) -> str:
     """Sign in with the form, then read the anti-forgery token off the page."""
     login = await client.post("/login", data={"token": TOKEN})
     assert login.status_code == 303
-    assert "turnkeep_token" in client.cookies
+    assert "turnkeep_8765" in client.cookies
     page = await client.get(f"/view/{session_id}")
     assert page.status_code == 200
     assert 'id="cancel"' in page.text
@@ -46,7 +46,7 @@ async def test_a_cookie_write_needs_the_pages_header(
     session_id, proc = running_turn
     path = f"/sessions/{session_id}/cancel"
     async with served(store, config(token=TOKEN)) as other:
-        foreign = await signed_in_token(other, session_id)  # another process's secret
+        foreign = await signed_in_token(other, session_id)  # another sign-in's token
     async with served(store, config(token=TOKEN)) as client:
         csrf = await signed_in_token(client, session_id)
         assert csrf != foreign
@@ -97,7 +97,7 @@ async def test_only_a_signed_in_reader_gets_the_token_and_the_button(
         assert page.status_code == 200
         assert "turnkeep-csrf" not in page.text
         assert 'id="cancel"' not in page.text
-        client.cookies.set("turnkeep_token", "not-the-token")
+        client.cookies.set("turnkeep_8765", TOKEN)  # the token is no sign-in
         page = await client.get("/view/idle")
         assert "turnkeep-csrf" not in page.text
         client.cookies.clear()

@@ -19,6 +19,7 @@ from tests.serve.conftest import Served, config, uvicorn_serving
 from turnkeep.errors import ConfigurationError
 from turnkeep.serve import check_bind, create_app
 from turnkeep.serve.budgets import Budgets, Failures
+from turnkeep.serve.signin import SignIn
 from turnkeep.serve.tokens import check_token
 
 TOKEN = "Vq3xZ8pL0sN4tY7wB2mK6r"  # noqa: S105 - a test token, 22 characters
@@ -198,7 +199,7 @@ async def test_sign_in_failures_are_budgeted_like_bearer_ones(
         assert codes == [401] * 6 + [429]
         held = await client.post("/login", data={"token": TOKEN})
         assert held.status_code == 429
-        assert "turnkeep_token" not in client.cookies
+        assert "turnkeep_8765" not in client.cookies
 
 
 @pytest.mark.asyncio
@@ -320,3 +321,131 @@ def test_serve_refuses_a_weak_token_and_prints_a_strong_one(
     for token in made:
         check_token(token)
         assert len(token) >= 43
+
+
+# -- the sign-in cookie ------------------------------------------------------------
+
+OTHER_TOKEN = "Hs9Qe2Wd7Rt4Yu1Io6Pa3Sd"  # noqa: S105 - a rotated test token
+
+
+def cookie_header(reply: httpx.Response) -> dict[str, str]:
+    """The `Set-Cookie` of `reply` as attribute -> value (lower-case names)."""
+    parts = [p.strip() for p in reply.headers["set-cookie"].split(";")]
+    name, _, value = parts[0].partition("=")
+    attributes = {k.lower(): v for k, _, v in (p.partition("=") for p in parts[1:])}
+    return {"name": name, "value": value} | attributes
+
+
+@pytest.mark.asyncio
+async def test_the_cookie_is_a_signed_session_never_the_token(
+    sqlite_store: Store, served: Served
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("hi",))
+    async with served(sqlite_store, config(token=TOKEN)) as client:
+        login = await client.post("/login", data={"token": TOKEN})
+        cookie = cookie_header(login)
+        assert cookie["name"] == "turnkeep_8765"  # unique to the port
+        assert TOKEN not in login.headers["set-cookie"]
+        assert {"httponly", "samesite", "max-age", "path"} <= cookie.keys()
+        assert cookie["samesite"].lower() == "strict"
+        assert cookie["max-age"] == str(12 * 3600)
+        assert (await client.get("/sessions")).status_code == 200
+        again = await client.post("/login", data={"token": TOKEN})
+        assert cookie_header(again)["value"] != cookie["value"]  # a new session
+        # The token itself, or a tampered session, is no sign-in.
+        for value in (TOKEN, cookie["value"][:-1] + "A", cookie["value"] + "x"):
+            client.cookies.set("turnkeep_8765", value)
+            assert (await client.get("/sessions")).status_code == 401
+    async with served(
+        sqlite_store, config(token=TOKEN, name="agents", port=9000)
+    ) as client:
+        login = await client.post("/login", data={"token": TOKEN})
+        assert cookie_header(login)["name"] == "turnkeep_agents"
+
+
+@pytest.mark.asyncio
+async def test_instances_sharing_a_token_accept_each_others_cookies(
+    sqlite_store: Store, served: Served
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("hi",))
+    async with served(sqlite_store, config(token=TOKEN)) as first:
+        login = await first.post("/login", data={"token": TOKEN})
+        value = cookie_header(login)["value"]
+        page = await first.get("/view/s-one")
+        csrf = page.text.split('name="turnkeep-csrf" content="')[1].split('"')[0]
+    # Another instance behind the same load balancer: same token.
+    async with served(sqlite_store, config(token=TOKEN)) as second:
+        second.cookies.set("turnkeep_8765", value)
+        assert (await second.get("/sessions")).status_code == 200
+        reply = await second.post(
+            "/sessions/s-one/cancel",
+            headers={"X-Turnkeep-CSRF": csrf},
+            json={"confirm": True},
+        )
+        assert reply.status_code == 409  # admitted; nothing is running
+    # The token rotated: every cookie signed under the old one is void.
+    async with served(sqlite_store, config(token=OTHER_TOKEN)) as rotated:
+        rotated.cookies.set("turnkeep_8765", value)
+        assert (await rotated.get("/sessions")).status_code == 401
+        assert (await rotated.get("/view/s-one")).status_code == 303
+
+
+def test_a_sign_in_expires_and_its_csrf_token_is_its_own() -> None:
+    now = [1_000_000.0]
+    signin = SignIn(token=TOKEN, lifetime=60, name="n", clock=lambda: now[0])
+    value = signin.issue()
+    session = signin.session_of(value)
+    assert session is not None
+    assert signin.session_of(signin.issue()) != session
+    other = SignIn(token=TOKEN, lifetime=60, name="n", clock=lambda: now[0])
+    assert other.session_of(value) == session  # derived from the token only
+    assert other.csrf_of(session) == signin.csrf_of(session)
+    assert signin.csrf_of("another") != signin.csrf_of(session)
+    rotated = SignIn(token=OTHER_TOKEN, lifetime=60, name="n", clock=lambda: now[0])
+    assert rotated.session_of(value) is None
+    assert rotated.csrf_of(session) != signin.csrf_of(session)
+    now[0] += 59
+    assert signin.session_of(value) == session
+    now[0] += 1
+    assert signin.session_of(value) is None
+    assert signin.session_of(None) is None
+    assert signin.session_of("x" * 1000) is None
+
+
+# -- budgets per client, not per token ------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_each_signed_in_browser_and_each_address_has_its_own_budget(
+    sqlite_store: Store, served: Served
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("hi",))
+    settings = config(token=TOKEN, burst=3, requests_per_second=1, **PROXIED)
+    async with served(sqlite_store, settings) as client:
+        app = client._transport.app  # type: ignore[attr-defined]
+        browsers: list[httpx.AsyncClient] = []
+        for n in range(2):
+            browser = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://127.0.0.1",
+                headers={"X-Forwarded-For": "10.0.0.5"},  # one address, two people
+            )
+            browsers.append(browser)
+            login = await browser.post("/login", data={"token": TOKEN})
+            assert login.status_code == 303, n
+        try:
+            first, second = browsers
+            codes = [(await first.get("/sessions")).status_code for _ in range(4)]
+            assert codes == [200, 200, 200, 429]
+            assert (await second.get("/sessions")).status_code == 200
+        finally:
+            for browser in browsers:
+                await browser.aclose()
+        # The bearer token from two addresses: two budgets.
+        codes = [
+            (await client.get("/sessions", headers=via("10.0.0.1", AUTH))).status_code
+            for _ in range(4)
+        ]
+        assert codes == [200, 200, 200, 429]
+        other = await client.get("/sessions", headers=via("10.0.0.2", AUTH))
+        assert other.status_code == 200

@@ -116,6 +116,16 @@ def _check_status(value: object) -> None:
         )
 
 
+_SERVE_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def _check_serve_name(value: str | None) -> None:
+    if value is not None and not _SERVE_NAME.fullmatch(value):
+        raise ConfigurationError(
+            f"serve name must be 1 to 40 letters, digits, '-' or '_', got {value!r}"
+        )
+
+
 @attrs.frozen
 class ServeConfig:
     """How `turnkeep serve` runs (`[serve]`; `TURNKEEP_SERVE__<KEY>`).
@@ -131,14 +141,18 @@ class ServeConfig:
         port: the TCP port.
         max_page: the largest `limit` a list or events request may ask for.
         max_body: the largest request body in bytes.
-        requests_per_second: the sustained request rate per token (per
-            client address where no token is given); `burst` above it.
+        requests_per_second: the sustained request rate per client (a
+            signed-in browser, the bearer token from one address, or an
+            address without a credential); `burst` above it.
         burst: how many requests may come at once before the rate applies.
-        streams_per_client: open SSE streams per token (or address).
+        streams_per_client: open SSE streams per client (as above).
         max_streams: open SSE streams in all.
         trusted_proxies: addresses or networks (`10.0.0.0/8`) of reverse
             proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` are
             believed, for per-address budgets and the cookie's `Secure`.
+        name: names the sign-in cookie (`turnkeep_<name>`; default the
+            port), so services on one host keep their cookies apart.
+        login_lifetime: how long a browser's sign-in lasts (`"12h"`).
     """
 
     token: str | None = None
@@ -152,6 +166,12 @@ class ServeConfig:
     streams_per_client: int = attrs.field(default=16, validator=positive)
     max_streams: int = attrs.field(default=1024, validator=positive)
     trusted_proxies: tuple[str, ...] = ()
+    name: str | None = attrs.field(
+        default=None, validator=lambda _i, _a, v: _check_serve_name(v)
+    )
+    login_lifetime: timedelta = attrs.field(
+        default=timedelta(hours=12), converter=parse_duration
+    )
 
 
 @attrs.frozen

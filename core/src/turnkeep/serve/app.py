@@ -36,6 +36,7 @@ from turnkeep.serve.problems import (
     on_problem,
     on_turnkeep_error,
 )
+from turnkeep.serve.signin import SignIn, cookie_name
 from turnkeep.session import Session
 
 __all__ = ["create_app"]
@@ -90,6 +91,13 @@ def create_app(
             burst=config.burst,
             streams_per_client=config.streams_per_client,
             max_streams=config.max_streams,
+        ),
+        signin=None
+        if config.token is None
+        else SignIn(
+            token=config.token,
+            lifetime=int(config.login_lifetime.total_seconds()),
+            name=cookie_name(config.name, config.port),
         ),
         clients=Clients(parse_networks(config.trusted_proxies)),
     )

@@ -3,10 +3,10 @@
 With a token configured, writes (`POST`) need `Authorization: Bearer
 <token>`, and reads need it too unless the service runs with open reads.
 The web page cannot set headers on its requests, so reads also accept the
-token from the `turnkeep_token` cookie that `POST /login` sets (HttpOnly,
-SameSite=Strict). A write accepts the cookie only together with the
-anti-forgery header `X-Turnkeep-CSRF`: an HMAC of the cookie's value
-under a secret this process drew at start, which the server embeds in the
+sign-in cookie that `POST /login` sets (HttpOnly, SameSite=Strict): a
+signed, short-lived session derived from the token, never the token itself
+(`turnkeep.serve.signin`). A write accepts the cookie only together with
+the anti-forgery header `X-Turnkeep-CSRF`, which the server embeds in the
 pages it renders for a signed-in reader. Another site can make a browser
 send the cookie but cannot read the page, so it cannot send the header;
 a cookie write without it (or with a wrong one) is `403 csrf-mismatch`.
@@ -15,22 +15,21 @@ token, writes are refused and reads are open (the service then binds
 loopback only, see `turnkeep.serve.run`); a weak token is refused at start
 (`turnkeep.serve.tokens`).
 
-Budgets are per client: the token when one was given, otherwise the
-client's address (`turnkeep.serve.clients`, which believes forwarded
-headers from trusted proxies only). A request without a valid credential
-spends its address's budget before it is refused. A wrong bearer token or
-sign-in counts as a failure of its address (`turnkeep.serve.budgets`):
-after a few, the address waits, longer after each further failure, before
-any credential it presents is even looked at. A spent budget is `429` with
-`Retry-After`.
+Budgets are per client: a signed-in browser's session, a bearer token
+from one address, or else the client's address (`turnkeep.serve.clients`,
+which believes forwarded headers from trusted proxies only), so readers
+who share the token do not share one pool. A request without a valid
+credential spends its address's budget before it is refused. A wrong
+bearer token or sign-in counts as a failure of its address
+(`turnkeep.serve.budgets`): after a few, the address waits, longer after
+each further failure, before any credential it presents is even looked
+at. A spent budget is `429` with `Retry-After`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import math
-import secrets
 from typing import Final
 
 import attrs
@@ -39,12 +38,10 @@ from starlette.requests import Request
 from turnkeep.serve.budgets import Budgets, Failures
 from turnkeep.serve.clients import Clients
 from turnkeep.serve.problems import Problem
+from turnkeep.serve.signin import SignIn
 from turnkeep.serve.tokens import check_token
 
-__all__ = ["COOKIE", "CSRF_HEADER", "Guard"]
-
-COOKIE: Final = "turnkeep_token"
-"""The cookie that carries the token for the web page's reads."""
+__all__ = ["CSRF_HEADER", "Guard"]
 
 CSRF_HEADER: Final = "X-Turnkeep-CSRF"
 """The header a cookie-carried write must add: the page's anti-forgery token."""
@@ -62,14 +59,14 @@ class Guard:
         ConfigurationError: `token` is too weak (`check_token`).
     """
 
-    token: str | None = attrs.field(validator=lambda _i, _a, v: check_token(v))
+    token: str | None = attrs.field(
+        validator=lambda _i, _a, v: check_token(v), repr=False
+    )
     open_reads: bool
     budgets: Budgets
+    signin: SignIn | None = None
     failures: Failures = attrs.field(factory=Failures)
     clients: Clients = attrs.field(factory=Clients)
-    _secret: bytes = attrs.field(
-        init=False, factory=lambda: secrets.token_bytes(32), repr=False
-    )
 
     def check(self, request: Request, *, write: bool) -> str:
         """Admit `request` or raise; returns the client key its budgets use.
@@ -81,8 +78,8 @@ class Guard:
                 address failed to authenticate too often).
         """
         address = self.clients.address(request)
-        authed = self._authenticated(request, write=write)
-        key = self._key(address, authed)
+        who = self._authenticated(request, write=write)
+        key = f"{who}@{address}" if who is not None else f"addr:{address}"
         wait = self.budgets.take(key)
         if wait is not None:
             raise Problem(
@@ -98,7 +95,7 @@ class Guard:
                 "this service has no token configured, so it accepts no writes; "
                 "set TURNKEEP_SERVE__TOKEN and restart it",
             )
-        if not authed and (write or (self.token is not None and not self.open_reads)):
+        if who is None and (write or (self.token is not None and not self.open_reads)):
             raise Problem(
                 401,
                 "unauthorized",
@@ -106,12 +103,6 @@ class Guard:
                 headers={"WWW-Authenticate": 'Bearer realm="turnkeep"'},
             )
         return key
-
-    def _key(self, address: str, authed: bool) -> str:
-        if authed and self.token is not None:
-            digest = hashlib.sha256(self.token.encode()).hexdigest()[:16]
-            return f"token:{digest}"
-        return f"addr:{address}"
 
     def address_key(self, request: Request) -> str:
         """The budget key of `request`'s address (a request without credential)."""
@@ -153,19 +144,23 @@ class Guard:
         self.failures.failed(address)
         return False
 
+    def session(self, request: Request) -> str | None:
+        """The sign-in session `request`'s cookie carries, if it is valid."""
+        if self.signin is None:
+            return None
+        return self.signin.session_of(request.cookies.get(self.signin.name))
+
     def csrf_token(self, request: Request) -> str | None:
         """The anti-forgery token for a reader signed in by cookie, else `None`."""
-        cookie = request.cookies.get(COOKIE)
-        if cookie is None or not self.accepts(cookie):
+        session = self.session(request)
+        if session is None or self.signin is None:
             return None
-        return self._csrf_of(cookie)
+        return self.signin.csrf_of(session)
 
-    def _csrf_of(self, cookie: str) -> str:
-        return hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
-
-    def _authenticated(self, request: Request, *, write: bool) -> bool:
+    def _authenticated(self, request: Request, *, write: bool) -> str | None:
+        """Who `request` is (`token:...`, `session:...`), `None`: anonymous."""
         if self.token is None:
-            return False  # nothing to check against: reads open, writes refused
+            return None  # nothing to check against: reads open, writes refused
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, value = header.partition(" ")
@@ -178,18 +173,18 @@ class Guard:
                     "the bearer token is not valid",
                     headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
                 )
-            return True
-        cookie = request.cookies.get(COOKIE)
-        if cookie is None or not self.accepts(cookie):
-            return False
-        if not write:
-            return True
-        presented = request.headers.get(CSRF_HEADER, "")
-        if not hmac.compare_digest(presented.encode(), self._csrf_of(cookie).encode()):
-            raise Problem(
-                403,
-                "csrf-mismatch",
-                f"a write signed in by cookie needs the page's {CSRF_HEADER} "
-                "header; reload the page and try again",
-            )
-        return True
+            return "token"
+        session = self.session(request)
+        if session is None:
+            return None
+        if write:
+            presented = request.headers.get(CSRF_HEADER, "")
+            expected = self.csrf_token(request) or ""
+            if not hmac.compare_digest(presented.encode(), expected.encode()):
+                raise Problem(
+                    403,
+                    "csrf-mismatch",
+                    f"a write signed in by cookie needs the page's {CSRF_HEADER} "
+                    "header; reload the page and try again",
+                )
+        return f"session:{session}"

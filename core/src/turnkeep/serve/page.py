@@ -7,8 +7,9 @@ form (`q` searches titles on the page the backend returned, `status`
 filters), so it works without the script; the script follows a session
 live (`page.js`, over `GET /sessions/{id}/stream`). A browser cannot put
 the bearer token on those requests, so with a token configured and reads
-not open the pages ask for it once (`/login`) and keep it in an HttpOnly
-cookie that reads accept. For a reader signed in that way the transcript
+not open the pages ask for it once (`/login`) and keep a signed session
+derived from it in an HttpOnly cookie that reads accept
+(`turnkeep.serve.signin`). For a reader signed in that way the transcript
 carries the anti-forgery token in a `<meta name="turnkeep-csrf">` and a
 cancel button; the script sends the token as `X-Turnkeep-CSRF`, the only
 way a write accepts the cookie (`turnkeep.serve.guard`).
@@ -28,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from turnkeep.serve.api import Api
-from turnkeep.serve.guard import COOKIE
 from turnkeep.serve.listing import list_page
 from turnkeep.serve.problems import Problem
 from turnkeep.serve.query import STATUSES, json_body
@@ -197,7 +197,7 @@ class Pages:
         return _login()
 
     async def login(self, request: Request) -> Response:
-        """`POST /login` (form `token=...`): keep the token in a cookie."""
+        """`POST /login` (form `token=...`): sign in with a session cookie."""
         guard = self.api.guard
         wait = guard.budgets.take(guard.address_key(request))
         if wait is not None:
@@ -211,10 +211,13 @@ class Pages:
         body = await json_body_or_form(request, self.api.config.max_body)
         if not guard.sign_in(request, body.get("token", "")):
             return _login("That token is not valid.", status=401)
+        signin = guard.signin
+        assert signin is not None  # noqa: S101 - a token was accepted, so one is set
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
-            COOKIE,
-            body["token"],
+            signin.name,
+            signin.issue(),
+            max_age=signin.lifetime,
             httponly=True,
             samesite="strict",
             path="/",
