@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from tests.cli.support import SCRIPT, cli
+from tests.cli.support import SCRIPT, cli, one_line_error
 
 from turnkeep.agent.recovery import pairing_problems
 from turnkeep.codec import EventCodec
@@ -239,3 +239,32 @@ def test_dev_usage_and_programs_it_cannot_run() -> None:
     missing = cli("dev", "--app", "no_such_module:run")
     assert missing.exit_code == 1
     assert "no_such_module" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (("/no/such/file.py",), "cannot run '/no/such/file.py': not found"),
+        (("python", "/no/such/file.py"), "cannot run '/no/such/file.py': not found"),
+        (
+            ("python", "-m", "no_such_module_here"),
+            "no module named 'no_such_module_here'",
+        ),
+        (("python", "-m", "no_such_pkg.mod"), "no module named 'no_such_pkg.mod'"),
+    ],
+)
+def test_a_program_that_is_not_there_is_one_line(
+    command: tuple[str, ...], says: str
+) -> None:
+    result = cli("dev", "--", *command)
+    assert result.exit_code == 1
+    assert says in one_line_error(result)
+
+
+def test_an_error_inside_the_program_keeps_its_traceback(tmp_path: Path) -> None:
+    # Only a program that is not there is the command's error; a program
+    # that fails is the user's to debug.
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_inside\n")
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_inside"):
+        cli("dev", "--", str(broken))

@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import os
 import runpy
@@ -248,22 +249,48 @@ def _store_env(spec: StoreSpec | None) -> dict[str, str]:
     return env
 
 
+def _check_file(path: str) -> str:
+    """`path` if it is a file to run; else a one-line `CliError`.
+
+    Checked before running, so an error raised inside the program itself
+    still reaches the user with its traceback.
+    """
+    target = Path(path)
+    if target.is_file() or (target / "__main__.py").is_file():
+        return path
+    what = "a directory without __main__.py" if target.is_dir() else "not found"
+    raise CliError(f"cannot run {path!r}: {what} (give a Python file)")
+
+
+def _check_module(name: str) -> str:
+    """`name` if it names an importable module; else a one-line `CliError`."""
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a missing parent package, or "x."
+        found = None
+    if found is None:
+        raise CliError(
+            f"no module named {name!r} in this environment ({sys.executable}); "
+            "check the name, or install the package that provides it"
+        )
+    return name
+
+
 def _run_program(command: list[str]) -> int:
     """Run a Python program in this process; its exit status."""
     head = command[0]
     if Path(head).name.startswith("python") and len(command) >= 2:
         if command[1] == "-m" and len(command) >= 3:
+            module = _check_module(command[2])
             return _guarded(
                 command[2:],
-                lambda: runpy.run_module(
-                    command[2], run_name="__main__", alter_sys=True
-                ),
+                lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
             )
-        return _guarded(
-            command[1:], lambda: runpy.run_path(command[1], run_name="__main__")
-        )
+        path = _check_file(command[1])
+        return _guarded(command[1:], lambda: runpy.run_path(path, run_name="__main__"))
     if head.endswith(".py"):
-        return _guarded(command, lambda: runpy.run_path(head, run_name="__main__"))
+        path = _check_file(head)
+        return _guarded(command, lambda: runpy.run_path(path, run_name="__main__"))
     scripts = importlib.metadata.entry_points(group="console_scripts", name=head)
     for script in scripts:
         entry = script.load()

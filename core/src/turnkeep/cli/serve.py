@@ -7,14 +7,19 @@ extra is missing, the command says which one to install.
 
 from __future__ import annotations
 
+import errno
 from typing import Final
 
 import attrs
 import click
 
-from turnkeep.cli.runtime import common_options, execute, open_store
+from turnkeep.cli.runtime import CliError, common_options, execute, open_store
+from turnkeep.config import ServeConfig
 
-__all__ = ["MISSING_SERVE", "SERVE_MODULES", "register"]
+__all__ = ["EXIT_BIND", "MISSING_SERVE", "SERVE_MODULES", "register"]
+
+EXIT_BIND: Final = 3
+"""The exit status when the address cannot be bound (a busy port, ...)."""
 
 SERVE_MODULES: Final = frozenset({"starlette", "uvicorn", "sse_starlette", "anyio"})
 """The top-level modules the `serve` extra installs."""
@@ -58,7 +63,7 @@ def serve(
     token shorter than 22 characters is refused; --new-token prints one.
     """
     try:
-        from turnkeep.serve import check_bind, serve as run
+        from turnkeep.serve.run import listen, serve as run, url
         from turnkeep.serve.tokens import new_token as make_token
     except ModuleNotFoundError as exc:
         top = (exc.name or "").partition(".")[0]
@@ -81,16 +86,28 @@ def serve(
             if open_reads is not None:
                 changes["open_reads"] = open_reads
             config = attrs.evolve(config, **changes)
-            check_bind(config)
+            try:
+                sock = listen(config)
+            except OSError as exc:
+                raise CliError(_cannot_bind(config, exc), code=EXIT_BIND) from exc
             click.echo(
-                f"turnkeep: serving {store.name} sessions on "
-                f"http://{config.host}:{config.port}/",
-                err=True,
+                f"turnkeep: serving {store.name} sessions on {url(config)}", err=True
             )
-            await run(store.host, config)
+            await run(store.host, config, sock)
         return 0
 
     execute(body, interrupted=0)
+
+
+def _cannot_bind(config: ServeConfig, exc: OSError) -> str:
+    host, port = config.host, config.port
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot serve on {host} port {port}: the port is in use; stop what "
+            "holds it or pick another with --port"
+        )
+    why = exc.strerror or str(exc)
+    return f"cannot serve on {host} port {port}: {why}; check --host"
 
 
 def register(group: click.Group) -> None:

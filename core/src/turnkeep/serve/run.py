@@ -1,13 +1,16 @@
-"""Running the service: the bind rule, then uvicorn.
+"""Running the service: the bind rule, the listening socket, then uvicorn.
 
 The service binds 127.0.0.1 unless told otherwise, and refuses to bind any
 other address without a token: an open service is for this machine only.
-It refuses to start with a token too weak to resist guessing.
+It refuses to start with a token too weak to resist guessing. The socket
+is bound before uvicorn starts, so a busy port is an `OSError`
+the caller can report (uvicorn alone logs it and exits the process).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import uvicorn
 
@@ -17,7 +20,7 @@ from turnkeep.host import Host
 from turnkeep.serve.app import create_app
 from turnkeep.serve.tokens import check_token
 
-__all__ = ["check_bind", "is_loopback", "serve"]
+__all__ = ["check_bind", "is_loopback", "listen", "serve", "url"]
 
 
 def is_loopback(address: str) -> bool:
@@ -46,14 +49,60 @@ def check_bind(config: ServeConfig) -> None:
         )
 
 
-async def serve(host: Host, config: ServeConfig | None = None) -> None:
-    """Serve `host`'s sessions until interrupted (uvicorn, one process).
+def url(config: ServeConfig) -> str:
+    """The service's address as a URL (an IPv6 address in brackets)."""
+    name = config.host
+    if ":" in name and not name.startswith("["):
+        name = f"[{name}]"
+    return f"http://{name}:{config.port}/"
+
+
+def listen(config: ServeConfig) -> socket.socket:
+    """A socket bound to `config`'s address (its first resolved one).
 
     Raises:
         ConfigurationError: see `check_bind`.
+        OSError: the address cannot be bound (the port is in use, the
+            address is not this machine's, the name does not resolve).
+    """
+    check_bind(config)
+    found = socket.getaddrinfo(
+        config.host.strip("[]"),
+        config.port,
+        type=socket.SOCK_STREAM,
+        flags=socket.AI_PASSIVE,
+    )
+    family, kind, proto, _, address = found[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a restarted service may bind a port whose old
+        # connections linger in TIME_WAIT (a live listener still refuses it).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve(
+    host: Host, config: ServeConfig | None = None, sock: socket.socket | None = None
+) -> None:
+    """Serve `host`'s sessions until interrupted (uvicorn, one process).
+
+    Args:
+        host: a started host.
+        config: the service's settings (default: the host's `[serve]`).
+        sock: a socket from `listen(config)`; bound here if not given.
+
+    Raises:
+        ConfigurationError: see `check_bind`.
+        OSError: see `listen`.
     """
     config = config if config is not None else host.config.serve
     check_bind(config)
+    if sock is None:
+        sock = listen(config)
     app = create_app(host, config)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -67,4 +116,7 @@ async def serve(host: Host, config: ServeConfig | None = None) -> None:
             lifespan="on",
         )
     )
-    await server.serve()
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
