@@ -224,13 +224,18 @@ async def test_reads_of_a_missing_store_create_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "absent").exists()
 
 
-async def test_a_group_directory_owned_by_someone_else_is_ignored(
+async def test_a_group_directory_owned_by_someone_else_is_not_used(
     store: Path, open_backend: Open
 ) -> None:
     write_session(store, [batch(0)])
-    os.chown(first_group(store), 65534, 65534)
+    group = first_group(store)
+    os.chown(group, 65534, 65534)
     backend = open_backend()
-    assert not await backend.has("s")
+    # Not read, and not reported missing either: the reason is named.
+    with pytest.raises(StorageError, match="owned by uid 65534") as caught:
+        await backend.has("s")
+    assert str(group) in str(caught.value)
+    assert not await backend.has("other")
 
 
 async def test_delete_removes_everything_and_a_forced_one_fences_a_holder(

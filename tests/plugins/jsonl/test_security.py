@@ -311,3 +311,51 @@ def test_nobody_can_read_a_session_file(tmp_path: Path) -> None:
         assert as_nobody() == ""
     finally:
         shutil.rmtree(top)
+
+
+# -- refusals name their reason --------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["create", "load", "list"])
+def test_a_symlinked_store_directory_is_refused_as_a_link(
+    tmp_path: Path, action: str
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    store = tmp_path / "store"
+    store.symlink_to(real)
+    with pytest.raises(StorageError, match="is a symbolic link") as caught:
+        asyncio.run(_try(store, action))
+    assert "Not a directory" not in str(caught.value)
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "symlink"])
+def test_a_session_in_a_refused_group_directory_names_it(
+    tmp_path: Path, problem: str
+) -> None:
+    store = tmp_path / "store"
+    asyncio.run(_secret_session(store))
+    group = store / group_name("/w")
+    if problem == "group-writable":
+        group.chmod(0o770)
+        reason = "lets others write"
+    else:
+        moved = tmp_path / "elsewhere"
+        group.rename(moved)
+        group.symlink_to(moved)
+        reason = "symbolic link"
+    before = {p.name: p.read_bytes() for p in group.iterdir()}
+    with pytest.raises(StorageError, match=reason) as caught:
+        asyncio.run(_try(store, "load"))
+    assert str(group) in str(caught.value)
+    assert {p.name: p.read_bytes() for p in group.iterdir()} == before
+    assert not asyncio.run(_has(store, "other"))  # absent is still absent
+
+
+async def _has(store: Path, session_id: str) -> bool:
+    backend = JsonlPersistence(store)
+    try:
+        return await backend.has(session_id)
+    finally:
+        await backend.aclose()

@@ -66,6 +66,7 @@ class Store:
     _groups: dict[str, int] = attrs.field(init=False, factory=dict[str, int])
     _groups_seen: int = attrs.field(init=False, default=-1)
     _where: dict[str, str] = attrs.field(init=False, factory=dict[str, str])
+    _refused: dict[str, str] = attrs.field(init=False, factory=dict[str, str])
     _mu: threading.RLock = attrs.field(init=False, factory=threading.RLock)
 
     # -- directories ---------------------------------------------------------
@@ -88,8 +89,8 @@ class Store:
                     return None
                 fd = self._make_root()
             except OSError as exc:
-                raise storage_error(
-                    f"cannot open the store directory {path}", exc
+                raise self._open_error(
+                    f"cannot open the store directory {path}", path, None, exc
                 ) from exc
             self._check(fd, path)
             self._root = fd
@@ -146,6 +147,28 @@ class Store:
                 raise
         return fd
 
+    def _open_error(
+        self, what: str, name: str, dir_fd: int | None, exc: OSError
+    ) -> StorageError:
+        """Why a directory would not open: a link says so, not "Not a directory".
+
+        `O_DIRECTORY | O_NOFOLLOW` on a symbolic link fails with `ENOTDIR`,
+        whatever the link points at.
+        """
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            try:
+                mode = self.ops.stat(name, dir_fd=dir_fd).st_mode
+            except OSError:
+                mode = None
+            if mode is not None and stat.S_ISLNK(mode):
+                error = StorageError(
+                    f"{what}: it is a symbolic link, which the store never "
+                    "follows; point the store at the real directory"
+                )
+                error.errno = exc.errno
+                return error
+        return storage_error(what, exc)
+
     def _check(self, fd: int, label: str) -> None:
         try:
             st = self.ops.fstat(fd)
@@ -190,7 +213,7 @@ class Store:
                 except OSError as exc:
                     raise storage_error(f"cannot create {label}", exc) from exc
             except OSError as exc:
-                raise storage_error(f"cannot open {label}", exc) from exc
+                raise self._open_error(f"cannot open {label}", name, root, exc) from exc
             self._check(fd, label)
             self._subdirs[name] = fd
             if name.startswith(GROUP_PREFIX):
@@ -210,8 +233,12 @@ class Store:
                         if name.startswith(GROUP_PREFIX) and name not in self._groups:
                             try:
                                 self.subdir(name, create=False)
-                            except StorageError:
-                                continue  # a planted link or foreign dir: ignored
+                            except StorageError as exc:
+                                # A planted link or foreign dir: ignored, and
+                                # named if a session is looked for in it.
+                                self._refused[name] = str(exc)
+                                continue
+                            self._refused.pop(name, None)
                     self._groups_seen = seen
             except OSError as exc:
                 raise storage_error(f"cannot list the store {self.path}", exc) from exc
@@ -228,7 +255,27 @@ class Store:
                     self._where[stem] = name
                     return name, fd
             self._where.pop(stem, None)
+            self._refuse_if_held_back(stem)
             return None
+
+    def _refuse_if_held_back(self, stem: str) -> None:
+        """Raise if `stem`'s log sits in a group directory the store refused.
+
+        Else "no stored session" would hide the real problem: its group
+        directory is a symbolic link, another user's, or writable by others.
+        Only looked at, never read: a `stat` of the name.
+        """
+        root = self._root
+        for name, reason in self._refused.items():
+            try:
+                st = self.ops.stat(f"{name}/{stem}{LOG_SUFFIX}", dir_fd=root)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                raise StorageError(
+                    f"the session's file is in {self.path / name}, which the "
+                    f"store does not use ({reason})"
+                )
 
     def _has_log(self, fd: int | None, stem: str) -> bool:
         if fd is None:
