@@ -36,6 +36,7 @@ from turnkeep.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_BACKEND",
+    "AgentConfig",
     "Config",
     "PluginSelection",
     "RetentionPolicy",
@@ -175,6 +176,30 @@ class ServeConfig:
 
 
 @attrs.frozen
+class AgentConfig:
+    """Defaults of the agent loop (`[agent]`; `TURNKEEP_AGENT__<KEY>`).
+
+    Attributes:
+        on_unknown: what follows a call a crash left with an unknown outcome,
+            for unsafe tools that do not say (`turnkeep.agent.tools.
+            unknown_policy`): `"report"` (the model is told the outcome is
+            unknown and may inspect) or `"block"` (the session's next turn
+            is refused until a person or program resolves the call).
+    """
+
+    on_unknown: Literal["report", "block"] = attrs.field(
+        default="report", validator=lambda _i, _a, v: _check_on_unknown(v)
+    )
+
+
+def _check_on_unknown(value: object) -> None:
+    if value not in ("report", "block"):
+        raise ConfigurationError(
+            f"agent on_unknown must be 'report' or 'block', got {value!r}"
+        )
+
+
+@attrs.frozen
 class Config:
     """The host's configuration.
 
@@ -196,6 +221,7 @@ class Config:
             flags, and a service applies through `turnkeep.retention`
             (`[retention]`: `older_than = "30d"`, `status = "ended"`).
         serve: how `turnkeep serve` runs (`[serve]`, see `ServeConfig`).
+        agent: the agent loop's defaults (`[agent]`, see `AgentConfig`).
         backends: per-backend option tables, keyed by backend name.
     """
 
@@ -212,6 +238,7 @@ class Config:
     )
     retention: RetentionPolicy | None = None
     serve: ServeConfig = ServeConfig()
+    agent: AgentConfig = AgentConfig()
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
 
 
@@ -423,7 +450,7 @@ def _find_upwards(
     return None
 
 
-_TABLES: Final = frozenset({"retention", "serve"})
+_TABLES: Final = frozenset({"retention", "serve", "agent"})
 """Tables of their own merged key by key across sources (`[retention]`)."""
 
 _TOP_LEVEL: Final = frozenset(f.name for f in attrs.fields(Config)) - {

@@ -487,6 +487,7 @@ class AgentLoop:
             watch=self.watch,
             reconcile=self.host.reconcile_effect,
             manifest=self.host.turn_manifest,
+            on_unknown=self.host.config.agent.on_unknown,
         )
 
     async def _flush(self, running: Running, session: Session) -> None:

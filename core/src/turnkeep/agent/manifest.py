@@ -43,7 +43,7 @@ from turnkeep.errors import (
     ManifestDriftError,
     ManifestHookError,
 )
-from turnkeep.events import Manifest, RunDriftData, SessionEvent
+from turnkeep.events import Manifest, RunDrift, RunDriftData, SessionEvent
 from turnkeep.host import Host
 from turnkeep.manifests import drift_from, last_manifest, needs_reconciling
 from turnkeep.session import Session
@@ -125,7 +125,7 @@ def explained(drift: RunDriftData) -> bool:
 async def reconcile_warm(
     session: Session,
     manifest: Callable[[Session], Awaitable[Manifest | None]],
-    emit: Callable[[RunDriftData], object],
+    emit: Callable[[type[RunDrift], RunDriftData], object],
 ) -> None:
     """Before a live session's next turn, record what its unfinished turn left.
 
@@ -133,7 +133,8 @@ async def reconcile_warm(
     was recorded since (a cheap look back to that `turn/end`): the world is
     asked (`manifest`, not strict: a failing plugin is a named gap, as at a
     turn's end) and compared with the ready commit, and any difference is
-    appended through `emit` as the `run/drift` a cold resume would record.
+    appended through `emit(RunDrift, data)` as the `run/drift` a cold resume
+    would record.
     A live loop never refused a world between its turns, so a difference
     nothing explains is recorded too. It becomes durable with the turn's
     first flush.
@@ -145,7 +146,7 @@ async def reconcile_warm(
         return
     drift = drift_from(session.events, current)
     if drift is not None:
-        emit(drift)
+        emit(RunDrift, drift)
 
 
 async def check_and_recover(

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Final, Literal, TypeVar
 
 import attrs
 from msgspec.structs import replace
@@ -110,6 +110,7 @@ class TurnRunner:
     meter: UsageMeter
     reconcile: Reconciler
     manifest: Callable[[Session], Awaitable[Manifest | None]]
+    on_unknown: Literal["report", "block"] = "report"  # tools that do not say
     watch: Watch = attrs.field(factory=Watch)
     guard: Guard = attrs.field(
         init=False, default=attrs.Factory(lambda r: Guard(r.watch.stall_seconds), True)
@@ -126,8 +127,7 @@ class TurnRunner:
         """Start the next turn with the user's message and run it to its end."""
         session = self.session
         refuse_if_blocked(session)  # before anything is appended or asked
-        emit = functools.partial(self._emit, SessionEvent)
-        await reconcile_warm(session, self.manifest, emit)
+        await reconcile_warm(session, self.manifest, self._emit)
         turn = last_turn_number(session.events) + 1
         self.meter.start()
         start = self._emit(TurnStart, TurnStartData(turn=turn))
@@ -357,7 +357,7 @@ class TurnRunner:
         replay = replay_policy(tool) if tool is not None else "unsafe"
         call_id = call_id_for(session.id, session.next_seq)
         arguments = dict(request.arguments)
-        policy = _tools.unknown_policy(tool, arguments) if tool else "report"
+        policy = _tools.unknown_policy(tool, arguments, self.on_unknown)
         try:
             self._emit(
                 ToolCall,

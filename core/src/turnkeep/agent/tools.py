@@ -15,6 +15,12 @@ runs, and whether recovery may run it again after a crash.
 Every call receives a `ToolContext` whose `call_id` is stable across crashes
 and recovery: an unsafe tool can pass it to the outside system as an
 idempotency key.
+
+An unsafe tool also says who settles a call whose outcome a crash left
+unknown (`on_unknown`, `unknown_policy`): the model, told the outcome is
+unknown (`report`), or a person or program before any further turn
+(`block`). A tool that says nothing gets the loop's default (`[agent]
+on_unknown`, itself `report`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import copy
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Protocol, cast, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, cast, runtime_checkable
 
 import attrs
 import msgspec
@@ -33,10 +39,13 @@ from turnkeep.errors import ConfigurationError, ToolError
 from turnkeep.events import ReplayPolicy, ToolCallData
 
 __all__ = [
+    "UNKNOWN_POLICIES",
     "FunctionTool",
+    "OnUnknown",
     "Tool",
     "ToolContext",
     "ToolSpec",
+    "check_on_unknown",
     "fresh_arguments",
     "function_tool",
     "int_argument",
@@ -50,6 +59,26 @@ __all__ = [
 
 _TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """Tool names the common model APIs accept."""
+
+UNKNOWN_POLICIES: Final[tuple[UnknownPolicy, ...]] = ("report", "block")
+"""The values `on_unknown` may take (or a function returning one)."""
+
+OnUnknown: TypeAlias = UnknownPolicy | Callable[[Mapping[str, Any]], UnknownPolicy]
+"""What a tool may declare as `on_unknown`: a policy, or one per call's arguments."""
+
+
+def check_on_unknown(value: object, where: str) -> None:
+    """Refuse an `on_unknown` that is neither a policy, a function nor `None`.
+
+    Raises:
+        ConfigurationError: naming `where` and the values allowed.
+    """
+    if value is None or value in UNKNOWN_POLICIES or callable(value):
+        return
+    raise ConfigurationError(
+        f"{where}: on_unknown must be 'report' or 'block' (or a function of the "
+        f"call's arguments returning one), got {value!r}"
+    )
 
 
 @attrs.frozen
@@ -136,22 +165,28 @@ def may_rerun(call: ToolCallData, tools: Mapping[str, object]) -> bool:
     return call.replay == "safe" and tool is not None and replay_policy(tool) == "safe"
 
 
-def unknown_policy(tool: object, arguments: Mapping[str, Any]) -> UnknownPolicy:
+def unknown_policy(
+    tool: object, arguments: Mapping[str, Any], default: UnknownPolicy = "report"
+) -> UnknownPolicy:
     """What follows a call of `tool` whose outcome stays unknown after a crash.
 
-    A tool may declare `on_unknown`: `"report"` (the default: the model is
-    told the call was interrupted), `"block"` (the session's next turn is
+    A tool may declare `on_unknown`: `"report"` (the model is told the call
+    was interrupted, outcome unknown), `"block"` (the session's next turn is
     refused until a person or program resolves the call), or a function of
     the call's arguments returning one of them (a command tool blocks only
-    for commands that write). Anything else is `report`. A `safe` tool's
-    calls are run again, never unknown: always `report`.
+    for commands that write). A tool that declares nothing (or `None`, or a
+    function answering neither) gets `default`: the loop's `[agent]
+    on_unknown`. A `safe` tool's calls are run again, never unknown: always
+    `report`.
     """
     if replay_policy(tool) == "safe":
         return "report"
-    declared: object = getattr(tool, "on_unknown", "report")
+    declared: object = getattr(tool, "on_unknown", None)
     if callable(declared):
         declared = declared(arguments)
-    return "block" if declared == "block" else "report"
+    if declared == "block":
+        return "block"
+    return "report" if declared == "report" else default
 
 
 def fresh_arguments(value: object) -> Any:
@@ -186,8 +221,8 @@ def validate_tools(tools: Iterable[Tool]) -> dict[str, Tool]:
     """Check a set of tools and index it by name.
 
     Raises:
-        ConfigurationError: a name is invalid or used twice, or `run` is not
-            a coroutine function.
+        ConfigurationError: a name is invalid or used twice, `run` is not
+            a coroutine function, or `on_unknown` is not a policy.
     """
     indexed: dict[str, Tool] = {}
     for tool in tools:
@@ -202,11 +237,16 @@ def validate_tools(tools: Iterable[Tool]) -> dict[str, Tool]:
             raise ConfigurationError(
                 f"tool {name!r}: `run` must be an `async def` method"
             )
+        check_on_unknown(getattr(tool, "on_unknown", None), f"tool {name!r}")
         indexed[name] = tool
     return indexed
 
 
 ToolFunction = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]
+
+
+def _valid_policy(tool: FunctionTool, _attribute: object, value: object) -> None:
+    check_on_unknown(value, f"tool {tool.name!r}")
 
 
 @attrs.frozen
@@ -218,6 +258,9 @@ class FunctionTool:
         description: what it does.
         parameters: the JSON Schema of its arguments.
         replay: `safe` or `unsafe` (the default).
+        on_unknown: `report`, `block`, a function of a call's arguments
+            returning one, or `None` (the loop's default, `[agent]
+            on_unknown`); see `unknown_policy`.
         function: `async (arguments, context) -> str`.
     """
 
@@ -228,6 +271,7 @@ class FunctionTool:
         factory=lambda: {"type": "object", "properties": {}}
     )
     replay: ReplayPolicy = "unsafe"
+    on_unknown: OnUnknown | None = attrs.field(default=None, validator=_valid_policy)
 
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         """Call the function."""
@@ -240,12 +284,19 @@ def function_tool(
     description: str | None = None,
     parameters: Mapping[str, Any] | None = None,
     replay: ReplayPolicy = "unsafe",
+    on_unknown: OnUnknown | None = None,
 ) -> Callable[[ToolFunction], FunctionTool]:
     """Decorate `async def f(arguments, context) -> str` into a `FunctionTool`.
 
     The name defaults to the function's name and the description to its
-    docstring's first paragraph.
+    docstring's first paragraph. `on_unknown` says what follows a call a
+    crash left with an unknown outcome (`report` it to the model, or
+    `block` the session until it is resolved; `None`: the loop's default).
+
+    Raises:
+        ConfigurationError: `on_unknown` is not a policy.
     """
+    check_on_unknown(on_unknown, f"tool {name or 'function_tool'!r}")
 
     def wrap(function: ToolFunction) -> FunctionTool:
         doc = inspect.getdoc(function) or ""
@@ -257,6 +308,7 @@ def function_tool(
             if parameters is not None
             else {"type": "object", "properties": {}},
             replay=replay,
+            on_unknown=on_unknown,
         )
 
     return wrap
