@@ -57,7 +57,8 @@ def _open(opened: dict[str, Any]) -> list[Row]:
                 1.0,
             ),
         ]
-    items = opened["items"]
+    # The quick run leaves the peers' fresh processes out.
+    items: dict[str, Any] = opened.get("items") or {"ratios": {}}
     for backend, ratio in items["ratios"].items():
         out.append(
             _at_most(
@@ -67,7 +68,7 @@ def _open(opened: dict[str, Any]) -> list[Row]:
                 goals["items_over_sdk"],
             )
         )
-    state = opened["state"]
+    state: dict[str, Any] = opened.get("state") or {"ratios": {}}
     for backend, ratios in state["ratios"].items():
         for when in ("first", "later"):
             out.append(

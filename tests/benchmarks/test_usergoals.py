@@ -143,3 +143,11 @@ def test_make_bench_runs_the_users_workload_small_and_all_runs_the_fleet() -> No
     assert {"bench_stream", "bench_open"} <= set(quick)
     assert "bench_pgfleet" not in quick
     assert {"bench_stream", "bench_open", "bench_pgfleet"} <= set(names)
+
+
+def test_a_quick_run_without_the_peers_still_gets_its_rows() -> None:
+    results = measured()
+    del results["bench_open"]["items"], results["bench_open"]["state"]
+    goals = {goal for goal, _, _, _ in usergoals.rows(results)}
+    assert "ready to append, fresh process <= 25 ms" in goals
+    assert not any("SQLiteSession" in goal or "SqliteSaver" in goal for goal in goals)
