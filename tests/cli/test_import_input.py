@@ -32,6 +32,23 @@ CASES: dict[str, tuple[bytes, int, str]] = {
         3,
         "nested more than",
     ),
+    # JSON text inside a string is nested too: decoding it must not recurse.
+    "arguments-nested-too-deep": (
+        b'[\n{"role": "user", "content": "hi"},\n{"role": "assistant", '
+        b'"tool_calls": [{"id": "c", "type": "function", "function": {"name": '
+        b'"f", "arguments": "' + b"[" * 40_000 + b"]" * 40_000 + b'"}}]}\n]',
+        3,
+        "item #1: a tool call's arguments are JSON text nested more than",
+    ),
+    "agents-arguments-nested-too-deep": (
+        b'[\n{"role": "user", "content": "hi"},\n{"type": "function_call", '
+        b'"call_id": "c", "name": "f", "arguments": "{\\"a\\": '
+        + b"[" * 460
+        + b"]" * 460
+        + b'}"}\n]',
+        3,
+        "nested more than",
+    ),
     "malformed": (
         b'[\n  {"role": "user", "content": "hi"},\n  {"role": }\n]',
         3,

@@ -392,6 +392,20 @@ BAD: dict[str, tuple[bytes, tuple[str, ...], int, str]] = {
         6,
         "`type` is missing",
     ),
+    "codex-arguments-nested-too-deep": (
+        CODEX_HEAD
+        + codex_item(
+            {
+                "type": "function_call",
+                "name": "f",
+                "call_id": "c",
+                "arguments": "[" * 1000 + "]" * 1000,
+            }
+        ),
+        (),
+        6,
+        "arguments are JSON text nested more than 200 deep",
+    ),
     "codex-call-without-call-id": (
         CODEX_HEAD
         + codex_item({"type": "function_call", "name": "shell", "arguments": "{}"}),

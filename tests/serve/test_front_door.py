@@ -449,3 +449,24 @@ async def test_each_signed_in_browser_and_each_address_has_its_own_budget(
         assert codes == [200, 200, 200, 429]
         other = await client.get("/sessions", headers=via("10.0.0.2", AUTH))
         assert other.status_code == 200
+
+
+# -- bodies nested too deep --------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/login", "/recover", "/sessions/s-one/cancel"])
+async def test_a_body_nested_32000_deep_is_bad_json(
+    sqlite_store: Store, served: Served, path: str
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("hi",))
+    body = b"[" * 32_000 + b"]" * 32_000
+    async with served(sqlite_store, config(token=TOKEN)) as client:
+        reply = await client.post(
+            path,
+            content=body,
+            headers=AUTH | {"Content-Type": "application/json"},
+        )
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["code"] == "bad-json"
+        assert "nested too deep" in reply.json()["message"]

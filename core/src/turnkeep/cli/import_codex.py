@@ -219,7 +219,7 @@ def _call(builder: Builder, line: int, item: dict[str, Any], where: str) -> None
             line,
             wrong(item, "arguments", str | dict, "a string or an object", where),
         )
-        builder.call(item["call_id"], item["name"], item.get("arguments"))
+        builder.call(item["call_id"], item["name"], item.get("arguments"), line=line)
     else:
         _fail(line, wrong(item, "input", str, "a string", where))
         builder.call(item["call_id"], item["name"], {"input": item.get("input", "")})

@@ -66,7 +66,10 @@ def plan_messages(items: Iterable[object]) -> Plan:
         problem = _problem(fields)
         if problem is not None:
             raise ImportInputError(f"item #{index}: {problem}", item=index)
-        _add(builder, shape, fields)
+        try:
+            _add(builder, shape, fields)
+        except ImportInputError as exc:  # arguments nested too deep
+            raise ImportInputError(f"item #{index}: {exc}", item=index) from None
     fmt = (
         "openai-chat" if shape.chat else "openai-agents" if shape.agents else "messages"
     )

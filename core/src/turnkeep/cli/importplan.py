@@ -22,7 +22,8 @@ from typing import Any, Final, cast
 import attrs
 import msgspec
 
-from turnkeep.cli.jsoninput import json_type
+from turnkeep.cli.jsoninput import MAX_DEPTH, json_type, too_deep
+from turnkeep.errors import ImportInputError
 from turnkeep.events import (
     AssistantMessage,
     AssistantMessageData,
@@ -153,8 +154,24 @@ class Builder:
         self.status, self.error = "completed", None
         self.emit(AssistantMessage, AssistantMessageData(text=text))
 
-    def call(self, call_id: object, name: object, arguments: object) -> None:
-        """A tool call, recorded, never run (a repeated id is skipped)."""
+    def call(
+        self,
+        call_id: object,
+        name: object,
+        arguments: object,
+        *,
+        line: int | None = None,
+    ) -> None:
+        """A tool call, recorded, never run (a repeated id is skipped).
+
+        Raises:
+            ImportInputError: `arguments` is JSON text nested too deep
+                (see `parse_arguments`), with `line` when given.
+        """
+        try:
+            parsed = parse_arguments(arguments)
+        except ImportInputError as exc:
+            raise ImportInputError(str(exc), line=line) from None
         self.ensure_turn()
         ident = str(call_id) if call_id else f"imported-{len(self.known) + 1}"
         if ident in self.known:
@@ -167,7 +184,7 @@ class Builder:
             ToolCallData(
                 call_id=ident,
                 name=str(name) if name else "unknown",
-                arguments=parse_arguments(arguments),
+                arguments=parsed,
             ),
         )
 
@@ -280,9 +297,20 @@ def content_text(content: object) -> str:
 
 
 def parse_arguments(arguments: object) -> dict[str, Any]:
-    """Tool arguments as an object: JSON text parsed, anything else wrapped."""
+    """Tool arguments as an object: JSON text parsed, anything else wrapped.
+
+    Raises:
+        ImportInputError: `arguments` is JSON text that nests lists and
+            objects more than `MAX_DEPTH` deep (the file's own nesting was
+            checked before it was decoded; text inside a string was not).
+    """
     value: object = arguments
     if isinstance(arguments, str):
+        if too_deep(arguments.encode()) is not None:
+            raise ImportInputError(
+                "a tool call's arguments are JSON text nested more than "
+                f"{MAX_DEPTH} deep"
+            )
         try:
             value = msgspec.json.decode(arguments) if arguments.strip() else {}
         except msgspec.DecodeError:

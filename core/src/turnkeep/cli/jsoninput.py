@@ -33,6 +33,7 @@ __all__ = [
     "line_at",
     "read_items",
     "read_records",
+    "too_deep",
 ]
 
 MAX_DEPTH: Final = 200
@@ -84,20 +85,31 @@ def check_text(data: bytes, name: str) -> bytes:
             f"the file is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x});"
             f" {_EXPECTED}",
         ) from None
+    deep = too_deep(data)
+    if deep is not None:
+        raise input_error(
+            name,
+            line_at(data, deep),
+            f"lists and objects are nested more than {MAX_DEPTH} deep",
+        )
+    return data
+
+
+def too_deep(data: bytes) -> int | None:
+    """The offset where `data` nests lists and objects past `MAX_DEPTH`, if it does.
+
+    A scan that never recurses, so it runs before anything decodes `data`.
+    """
     depth = 0
     for token in _TOKEN.finditer(data):
         char = token.group()
         if char in (b"[", b"{"):
             depth += 1
             if depth > MAX_DEPTH:
-                raise input_error(
-                    name,
-                    line_at(data, token.start()),
-                    f"lists and objects are nested more than {MAX_DEPTH} deep",
-                )
+                return token.start()
         elif char in (b"]", b"}"):
             depth = max(depth - 1, 0)
-    return data
+    return None
 
 
 @attrs.frozen

@@ -94,6 +94,11 @@ async def json_body(request: Request, max_body: int) -> object:
         return msgspec.json.decode(bytes(body))
     except msgspec.DecodeError as exc:
         raise Problem(400, "bad-json", f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        # msgspec decodes nested arrays and objects recursively (R15).
+        raise Problem(
+            400, "bad-json", "the body is JSON nested too deep to read"
+        ) from None
 
 
 def _too_large(max_body: int) -> Problem:
