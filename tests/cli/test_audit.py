@@ -55,6 +55,20 @@ def test_rm_records_a_deletion_that_audit_lists(store: Store) -> None:
     assert "never" in unknown.stderr
 
 
+def test_rm_force_records_that_the_deletion_was_forced(store: Store) -> None:
+    asyncio.run(converse(store, "s"))
+    assert cli("rm", "s", "--yes", "--force", store=store).exit_code == 0
+    (record,) = trail(store, None)
+    assert (record.action, record.session_id, record.reason) == (
+        "deletion",
+        "s",
+        "`turnkeep rm --force`",
+    )
+    assert record.detail == {"forced": "yes"}
+    listed = cli("audit", "--json", store=store)
+    assert msgspec.json.decode(listed.stdout, type=list[AuditRecord]) == [record]
+
+
 def test_read_only_commands_record_nothing(store: Store) -> None:
     asyncio.run(converse(store, "s"))
     asyncio.run(converse(store, "gone"))

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import contextlib
-
 import msgspec
 import pytest
 
@@ -107,9 +105,13 @@ def test_deep_nesting_inside_an_unknown_ignorable_event_is_typed() -> None:
         + b"]" * 50_000
         + b"}"
     )
-    # Refusing is fine; escaping RecursionError is not.
-    with contextlib.suppress(EventDecodeError):
+    # The envelope cannot be read without recursing that deep: the event is
+    # refused as malformed, typed, and no RecursionError escapes.
+    with pytest.raises(EventDecodeError, match="malformed"):
         EventCodec().decode(raw)
+    # The same shape, shallow, is an opaque event of the unknown type.
+    shallow = raw.replace(b"[" * 50_000, b"[" * 5).replace(b"]" * 50_000, b"]" * 5)
+    assert EventCodec().decode(shallow).type == "x/y"
 
 
 def test_decode_log_refuses_gaps_with_the_offset() -> None:

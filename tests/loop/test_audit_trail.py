@@ -28,6 +28,7 @@ from turnkeep.errors import (
     ContextMismatchError,
     EffectBlockedError,
     FlushError,
+    SessionHeldError,
     StorageError,
 )
 from turnkeep.events import UserMessageData
@@ -138,6 +139,30 @@ async def test_a_deletion_outlives_its_session_in_the_store_log() -> None:
             "asked by ops",
             {},
         )
+
+
+@pytest.mark.asyncio
+async def test_a_forced_deletion_is_recorded_as_forced() -> None:
+    shared = SharedMemory()
+    async with shared_host(shared) as holder, shared_host(shared) as other:
+        session = holder.sessions.create("s")
+        session.append(UserMessageData(text="held"))
+        await session.flush()
+        backend = other.require_persistence()
+        with pytest.raises(SessionHeldError):
+            await delete_recorded(backend, "s", "asked by ops")
+        assert await trail(other, None) == []  # refused: nothing recorded
+        forced = await delete_recorded(backend, "s", "asked by ops", force=True)
+        assert forced is not None
+        assert (forced.action, forced.session_id, forced.reason) == (
+            "deletion",
+            "s",
+            "asked by ops",
+        )
+        assert forced.detail == {"forced": "yes"}
+        assert await trail(other, None) == [forced]
+        assert not await backend.has("s")
+        await holder.sessions.abandon("s")
 
 
 class _FailingTrail(MemoryPersistence):

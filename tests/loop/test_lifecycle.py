@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pytest
 from tests.loop.support import (
     GatedPlugin,
@@ -23,7 +25,7 @@ from tests.loop.support import (
     stored_events,
 )
 
-from turnkeep import AgentLoop
+from turnkeep import AgentLoop, hookimpl
 from turnkeep.errors import (
     FlushError,
     FlushSessionDeletedError,
@@ -32,8 +34,10 @@ from turnkeep.errors import (
     SessionHeldError,
     SessionLockedError,
     SessionNotFoundError,
+    StorageError,
 )
 from turnkeep.events import UserMessageData
+from turnkeep.memory import MemoryPersistence
 from turnkeep.testing import EchoModel, ScriptedModel
 
 
@@ -107,6 +111,66 @@ async def test_shutdown_never_crashes_on_a_fenced_session(
         assert first.close_reports == reports
         assert "session 's': fenced; 1 event(s)" in caplog.text
         assert [e.data.text for e in await stored_events(second, "s")] == ["kept"]
+
+
+@attrs.define(eq=False)
+class _ReleaseFails(MemoryPersistence):
+    """A backend whose first `release` of each session fails.
+
+    As a connection lost while letting go would: the writer role is still
+    held, and the backend's own `aclose` lets it go later.
+    """
+
+    failed: set[str] = attrs.field(init=False, factory=set[str])
+
+    async def release(self, session_id: str) -> None:
+        if session_id not in self.failed:
+            self.failed.add(session_id)
+            raise StorageError(f"session {session_id!r}: the connection was lost")
+        await super().release(session_id)
+
+
+@attrs.define(eq=False)
+class _SharedReleaseFails(SharedMemory):
+    """Backend `shared` over the same storage, with `release` failing."""
+
+    @hookimpl
+    def register_persistence(self, register: Callable[..., None]) -> None:
+        register("shared", lambda _config: _ReleaseFails(self.storage))  # pyright: ignore[reportUnknownLambdaType]
+
+
+@pytest.mark.asyncio
+async def test_a_fenced_session_closes_even_when_its_release_fails() -> None:
+    shared = SharedMemory()
+    failing = _SharedReleaseFails(shared.storage)
+    first = shared_host(failing)
+    async with shared_host(shared) as second:
+        await first.start()
+        for session_id in ("closed", "at-shutdown"):
+            session = first.sessions.create(session_id)
+            session.append(UserMessageData(text="kept"))
+            await session.flush()
+            await second.sessions.resume(session_id, steal=True)
+            session.append(UserMessageData(text="lost to the takeover"))
+        report = await first.sessions.close("closed")  # no FlushError
+        assert (report.outcome, report.unsaved, report.first_unsaved_seq) == (
+            "fenced",
+            1,
+            1,
+        )
+        assert "took it over" in report.reason
+        backend = first.require_persistence()
+        assert isinstance(backend, _ReleaseFails)
+        assert backend.failed == {"closed"}  # the close did meet the failure
+        assert [s.id for s in first.sessions.list()] == ["at-shutdown"]
+        reports = await first.aclose()  # neither does shutdown fail on it
+        assert [(r.session_id, r.outcome, r.unsaved) for r in reports] == [
+            ("at-shutdown", "fenced", 1)
+        ]
+        assert backend.failed == {"closed", "at-shutdown"}
+        for session_id in ("closed", "at-shutdown"):
+            stored = await stored_events(second, session_id)
+            assert [e.data.text for e in stored] == ["kept"]
 
 
 @pytest.mark.asyncio

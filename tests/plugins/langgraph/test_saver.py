@@ -26,6 +26,7 @@ from typing import Any, cast
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -432,6 +433,50 @@ def _stored_bytes(root: Path) -> bytes:
 def _marker_on_disk(value: str) -> bytes:
     """How a value's serde bytes appear in the store (base64 in the event JSON)."""
     return base64.b64encode(JsonPlusSerializer().dumps_typed(value)[1])
+
+
+# -- special writes (errors, interrupts) ---------------------------------------
+
+ERROR = "__error__"
+INTERRUPT = "__interrupt__"
+"""Special channels (LangGraph keeps its own names private since 1.0)."""
+
+
+def test_a_special_write_keeps_the_regular_writes_of_its_task(store: str) -> None:
+    assert {ERROR, INTERRUPT} <= set(WRITES_IDX_MAP)
+    with TurnkeepSaver(store=store) as saver:
+        config = put(saver, "t", {}, {}, {})
+        saver.put_writes(config, [("a", "one"), ("b", "two")], "task")
+        # The task fails after its writes: the error is one more write at
+        # its own (negative) index, not a replacement of write 0.
+        saver.put_writes(config, [(ERROR, "boom")], "task")
+        saver.put_writes(config, [("a", "from another task")], "other")
+        found = saver.get_tuple(config)
+        assert found is not None
+        assert sorted(found.pending_writes or []) == [
+            ("other", "a", "from another task"),
+            ("task", ERROR, "boom"),
+            ("task", "a", "one"),
+            ("task", "b", "two"),
+        ]
+
+
+def test_a_repeated_special_write_replaces_and_a_regular_one_does_not(
+    store: str,
+) -> None:
+    with TurnkeepSaver(store=store) as saver:
+        config = put(saver, "t", {}, {}, {})
+        saver.put_writes(config, [(INTERRUPT, "first question")], "task")
+        saver.put_writes(config, [(INTERRUPT, "second question")], "task")
+        # A retried task's regular write is already stored: kept as it was.
+        saver.put_writes(config, [("a", "kept")], "task")
+        saver.put_writes(config, [("a", "retried")], "task")
+        found = saver.get_tuple(config)
+        assert found is not None
+        assert sorted(found.pending_writes or []) == [
+            ("task", INTERRUPT, "second question"),
+            ("task", "a", "kept"),
+        ]
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite"])

@@ -18,9 +18,14 @@ import textwrap
 from typing import Any
 
 import pytest
-from agents.memory import SessionSettings
+from agents.memory import SessionSettings, SQLiteSession
 from tests.plugins.openai_agents.conftest import REFERENCE, Sessions
 from tests.plugins.openai_agents.corpus import ITEMS
+
+from turnkeep import Host
+from turnkeep.config import load_config
+from turnkeep.storespec import parse_spec
+from turnkeep_openai_agents import TurnkeepSession
 
 pytestmark = pytest.mark.asyncio
 
@@ -148,6 +153,38 @@ async def test_a_closed_object_refuses_calls(sessions: Sessions) -> None:
     with pytest.raises(RuntimeError):
         await session.get_items()
     assert await sessions("closed").get_items() == [item(1)]
+
+
+async def read_elsewhere(durable: Sessions, session_id: str) -> list[Any]:
+    """The items as another instance of the store reads them, now.
+
+    The SDK's reference through a second connection to its file; turnkeep's
+    stores through a host and backend of their own (not the one the
+    test's session objects share), while those objects stay open.
+    """
+    if durable.kind == REFERENCE:
+        other = SQLiteSession(session_id, durable.spec)
+        try:
+            return await other.get_items()
+        finally:
+            other.close()
+    config = load_config(overrides=parse_spec(durable.spec).overrides())
+    async with Host(config) as host:
+        return await TurnkeepSession(session_id, host).get_items()
+
+
+async def test_every_change_is_stored_when_its_call_returns(
+    durable: Sessions,
+) -> None:
+    session = durable("stored")
+    await session.add_items([item(1), item(2), item(3)])
+    assert await read_elsewhere(durable, "stored") == [item(1), item(2), item(3)]
+    assert await session.pop_item() == item(3)
+    assert await read_elsewhere(durable, "stored") == [item(1), item(2)]
+    await session.clear_session()
+    assert await read_elsewhere(durable, "stored") == []
+    await session.add_items([item(4)])
+    assert await read_elsewhere(durable, "stored") == [item(4)]
 
 
 _CHILD = textwrap.dedent(
