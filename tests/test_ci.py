@@ -1,15 +1,17 @@
 """CI and the test tooling: no green run without the PostgreSQL and browser tests.
 
 - `.ci/run` stops with an error when the installed server will not start,
-  and otherwise runs `make test` with `TURNKEEP_REQUIRE_POSTGRES=1`. It runs
+  and otherwise runs `make test` with `TURNKEEP_REQUIRE_POSTGRES=1` and
+  `TURNKEEP_REQUIRE_LITELLM=1` (LiteLLM's proxy tests may not skip). It runs
   here with stand-in `pg_ctlcluster`, `make` and `apt-get` commands first on
   `PATH`, so the machine's server and packages are never touched and the
   suite does not recurse.
 - `.ci/run` requires the browser tests (`TURNKEEP_REQUIRE_CHROMIUM=1`);
   elsewhere they skip where Chromium is missing, naming its install.
 - `tests/support/skipguard.py` fails a run in which a `postgres` test
-  skipped where PostgreSQL is required, or a `browser` test where Chromium
-  is (checked in pytester runs).
+  skipped where PostgreSQL is required, a `browser` test where Chromium
+  is, or a `litellm` test where LiteLLM's proxy is (checked in pytester
+  runs).
 - `tests/support/timing.py` sums test time by directory under `--durations`.
 - `make test-fast` keeps core, the loop, the memory backend's conformance
   and a JSONL and a SQLite smoke test, and every entry it names exists.
@@ -28,7 +30,8 @@ CI_RUN = ROOT / ".ci" / "run"
 MAKE = (
     "#!/bin/sh\n"
     'echo "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}'
-    ' CHROMIUM=${TURNKEEP_REQUIRE_CHROMIUM:-unset}"\n'
+    " CHROMIUM=${TURNKEEP_REQUIRE_CHROMIUM:-unset}"
+    ' LITELLM=${TURNKEEP_REQUIRE_LITELLM:-unset}"\n'
 )
 APT = "#!/bin/sh\nexit 0\n"
 
@@ -42,7 +45,11 @@ def _run_ci(tmp_path: Path, pg_ctlcluster: str) -> subprocess.CompletedProcess[s
     for name, text in stubs:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    required = ("TURNKEEP_REQUIRE_POSTGRES", "TURNKEEP_REQUIRE_CHROMIUM")
+    required = (
+        "TURNKEEP_REQUIRE_POSTGRES",
+        "TURNKEEP_REQUIRE_CHROMIUM",
+        "TURNKEEP_REQUIRE_LITELLM",
+    )
     env = {k: v for k, v in os.environ.items() if k not in required}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     return subprocess.run(
@@ -62,7 +69,7 @@ def test_ci_requires_the_postgres_tests_once_the_server_runs(tmp_path: Path) -> 
     # "status" says down (3), "start" succeeds.
     done = _run_ci(tmp_path, '#!/bin/sh\n[ "$3" = status ] && exit 3\nexit 0\n')
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "make test REQUIRE=1 CHROMIUM=1"
+    assert done.stdout.strip() == "make test REQUIRE=1 CHROMIUM=1 LITELLM=1"
 
 
 GUARDED = """
@@ -146,6 +153,40 @@ def test_the_browser_tests_skip_without_chromium_and_fail_where_required(
         chromium.require_chromium()
     (tmp_path / "no-chromium").touch()
     assert chromium.require_chromium() == tmp_path / "no-chromium"
+
+
+LITELLM_GUARDED = """
+import pytest
+
+@pytest.mark.litellm
+def test_needs_the_proxy():
+    pytest.skip("pretend the proxy would not start")
+"""
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_a_skipped_proxy_test_fails_the_run_where_required(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, required: bool
+) -> None:
+    from tests.support import litellm_proxy, pgserver
+
+    monkeypatch.setattr(pgserver, "required", lambda: True)
+    if required:
+        monkeypatch.setenv(litellm_proxy.REQUIRE_VARIABLE, "1")
+    else:
+        monkeypatch.delenv(litellm_proxy.REQUIRE_VARIABLE, raising=False)
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+        "markers =\n    litellm: x\n"
+    )
+    pytester.makepyfile(LITELLM_GUARDED)
+    result = pytester.runpytest_inprocess("-p", "tests.support.skipguard")
+    result.assert_outcomes(skipped=1)
+    if required:
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        result.stdout.fnmatch_lines(["*LiteLLM's proxy is required here*"])
+    else:
+        assert result.ret == pytest.ExitCode.OK
 
 
 def test_skipped_postgres_tests_pass_where_none_is_installed(

@@ -1,14 +1,21 @@
-"""The OpenAI-compatible model, against a mock server (httpx `MockTransport`).
+"""The OpenAI-compatible model, against a stub server (httpx `MockTransport`).
 
-Never touches the network. The API key is a canary: after real turns on each
-durable backend, it appears in no event and in no byte of any file the store
-wrote, nor in error messages, nor in `repr`.
+The stub sends what no real server sends on demand: garbage lines, a stream
+that stops without `[DONE]`, a JSON answer to a streamed request, exact
+`Retry-After` headers. The same model against a real server is
+`tests/loop/test_openai_proxy.py` (LiteLLM's proxy). The API key is a
+canary: after real turns on each durable backend, it appears in no event
+and in no byte of any file the store wrote, nor in error messages, nor in
+`repr`.
 """
 
 from __future__ import annotations
 
+import email.utils
 import secrets
-from collections.abc import Callable
+import socket
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +34,18 @@ from turnkeep.agent.messages import HistoryToolCall, Message
 from turnkeep.agent.models import ModelToolCall, TextDelta, Usage
 from turnkeep.agent.openai_compat import DEFAULT_BASE_URL, OpenAIConfig, OpenAIModel
 from turnkeep.agent.tools import ToolSpec
-from turnkeep.errors import ConfigurationError
+from turnkeep.errors import ConfigurationError, ModelError
+from turnkeep.events import AssistantMessage, TurnEnd, TurnFailure
+
+
+def sse_open(*chunks: dict[str, Any]) -> bytes:
+    """Chunks as a stream that ends without `[DONE]`."""
+    lines = [b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks]
+    return b": keep-alive\n\n" + b"".join(lines)
 
 
 def sse(*chunks: dict[str, Any]) -> bytes:
-    lines = [b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks]
-    return b": keep-alive\n\n" + b"".join(lines) + b"data: [DONE]\n\n"
+    return sse_open(*chunks) + b"data: [DONE]\n\n"
 
 
 def text(piece: str) -> dict[str, Any]:
@@ -67,11 +80,17 @@ def canary() -> str:
     return "sk-canary-" + secrets.token_hex(16)
 
 
+async def no_wait(_seconds: float) -> None:
+    """Retries without waiting (tests that do not look at the waits)."""
+
+
 def model_for(
-    key: str, handler: Callable[[httpx.Request], httpx.Response]
+    key: str, handler: Callable[[httpx.Request], httpx.Response], **settings: Any
 ) -> OpenAIModel:
-    config = OpenAIConfig(model="test-model", base_url="http://mock/v1", api_key=key)
-    return OpenAIModel(config, transport=httpx.MockTransport(handler))
+    config = OpenAIConfig(
+        model="test-model", base_url="http://mock/v1", api_key=key, **settings
+    )
+    return OpenAIModel(config, transport=httpx.MockTransport(handler), sleep=no_wait)
 
 
 def all_bytes(root: Path) -> list[tuple[Path, bytes]]:
@@ -192,8 +211,6 @@ async def test_failures_become_model_errors_without_the_key() -> None:
 
     def unreachable(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError(f"cannot connect (key {key})", request=request)
-
-    from turnkeep.errors import ModelError
 
     for handler, expected in [
         (broken_arguments, "not JSON"),
@@ -365,3 +382,289 @@ def test_settings_come_from_the_environment() -> None:
     ):
         with pytest.raises(ConfigurationError, match=name):
             OpenAIConfig.from_env({"TURNKEEP_OPENAI_MODEL": "m", name: value})
+
+
+def recorder(sleeps: list[float]) -> Callable[[float], Awaitable[None]]:
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    return record
+
+
+def replying(*responses: httpx.Response) -> Callable[[httpx.Request], httpx.Response]:
+    """A handler that answers with `responses` in turn, then the last again."""
+    sent: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return responses[min(len(sent), len(responses)) - 1]
+
+    handle.sent = sent  # type: ignore[attr-defined]
+    return handle
+
+
+def requests_of(handler: Callable[[httpx.Request], httpx.Response]) -> int:
+    return len(handler.sent)  # type: ignore[attr-defined]
+
+
+HI = ModelRequest(messages=(Message(role="user", content="hi"),))
+ERROR = {"error": {"message": "the upstream broke", "type": None, "code": "500"}}
+
+
+@pytest.mark.asyncio
+async def test_an_error_chunk_is_an_error_not_the_end_of_the_reply() -> None:
+    handler = replying(httpx.Response(200, content=sse_open(text("Hal"), ERROR)))
+    model = model_for("sk-test-key-0123456789", handler)
+    seen: list[Any] = []
+
+    async def read() -> None:
+        async for item in model.stream(HI):
+            seen.append(item)
+
+    with pytest.raises(ModelError) as raised:
+        await read()
+    assert seen == [TextDelta("Hal")]
+    assert "reported an error in the stream: the upstream broke" in str(raised.value)
+    error = raised.value
+    assert (error.server_code, error.retryable, error.attempts) == ("500", True, 1)
+    assert requests_of(handler) == 1  # a delta had arrived: no retry
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_an_error_chunk_as_text_or_before_any_delta() -> None:
+    # A bare string error, first thing in the stream: nothing arrived, but
+    # it names no code that a retry could pass, so it is final.
+    handler = replying(
+        httpx.Response(200, content=sse_open({"error": "model overloaded"}))
+    )
+    model = model_for("sk-test-key-0123456789", handler)
+    with pytest.raises(ModelError, match="model overloaded") as raised:
+        await collect(model, HI)
+    assert (raised.value.retryable, requests_of(handler)) == (False, 1)
+    await model.aclose()
+    # With a retryable code before any delta, it is asked again.
+    handler = replying(
+        httpx.Response(200, content=sse_open(ERROR)),
+        httpx.Response(200, content=sse(text("fine"))),
+    )
+    model = model_for("sk-test-key-0123456789", handler)
+    assert await collect(model, HI) == [TextDelta("fine")]
+    assert requests_of(handler) == 2
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_stream_without_done_or_finish_reason_is_not_a_reply(
+    host: Host,
+) -> None:
+    cut = httpx.Response(200, content=sse_open(text("Half "), text("a reply")))
+    model = model_for("sk-test-key-0123456789", replying(cut), max_retries=0)
+    with pytest.raises(ModelError, match="ended the stream before the reply") as raised:
+        await collect(model, HI)
+    assert raised.value.retryable is True
+    # In a turn: failed, and what arrived is kept as a partial reply.
+    loop = AgentLoop.create("a", host=host, model=model)
+    result = await loop.run_turn("hello")
+    assert result.status == "failed"
+    assert result.failure == TurnFailure(code="model", retryable=True, attempts=1)
+    events = list(host.sessions.get(loop.session_id).events)
+    replies = [e.data for e in events if isinstance(e, AssistantMessage)]
+    assert [(r.text, r.partial) for r in replies] == [("Half a reply", True)]
+    end = events[-1]
+    assert isinstance(end, TurnEnd)
+    assert end.data.failure == result.failure
+    await loop.close()
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_finish_reason_without_done_is_a_finished_reply() -> None:
+    finished = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+    ok = httpx.Response(200, content=sse_open(text("All of it."), finished))
+    model = model_for("sk-test-key-0123456789", replying(ok))
+    assert await collect(model, HI) == [TextDelta("All of it.")]
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_json_answer_to_a_stream_request_is_the_reply(host: Host) -> None:
+    body = {
+        "model": "served-model",
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": "Whole answer.",
+                    "tool_calls": [
+                        {
+                            "id": "p1",
+                            "type": "function",
+                            "function": {"name": "look", "arguments": '{"a": 1}'},
+                        }
+                    ],
+                }
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+    }
+    model = model_for(
+        "sk-test-key-0123456789", replying(httpx.Response(200, json=body))
+    )
+    assert await collect(model, HI) == [
+        TextDelta("Whole answer."),
+        ModelToolCall("look", {"a": 1}),
+        Usage(input_tokens=5, output_tokens=2, model="served-model"),
+    ]
+    await model.aclose()
+    plain = {"choices": [{"message": {"role": "assistant", "content": "Hi there."}}]}
+    model = model_for(
+        "sk-test-key-0123456789", replying(httpx.Response(200, json=plain))
+    )
+    loop = AgentLoop.create("a", host=host, model=model)
+    result = await loop.run_turn("hello")
+    assert (result.status, result.text) == ("completed", "Hi there.")
+    await loop.close()
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_json_errors_and_other_content_types_are_errors() -> None:
+    cases = [
+        (httpx.Response(200, json=ERROR), "reported an error: the upstream broke"),
+        (httpx.Response(200, json={"id": "x", "choices": []}), "JSON without a reply"),
+        (
+            httpx.Response(
+                200,
+                content=b"<html>login</html>",
+                headers={"content-type": "text/html"},
+            ),
+            "content type 'text/html'",
+        ),
+    ]
+    for response, expected in cases:
+        model = model_for("sk-test-key-0123456789", replying(response), max_retries=0)
+        with pytest.raises(ModelError) as raised:
+            await collect(model, HI)
+        assert expected in str(raised.value)
+        await model.aclose()
+
+
+def too_many(headers: dict[str, str]) -> httpx.Response:
+    return httpx.Response(
+        429,
+        json={"error": {"message": "slow down", "code": "rate_limit_exceeded"}},
+        headers=headers,
+    )
+
+
+@pytest.mark.asyncio
+async def test_retry_after_is_honoured() -> None:
+    soon = email.utils.formatdate(time.time() + 30, usegmt=True)
+    for headers, low, high in [
+        ({"retry-after": "2.5"}, 2.5, 2.5),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5, 1.5),
+        ({"retry-after": soon}, 25.0, 30.0),
+    ]:
+        sleeps: list[float] = []
+        handler = replying(
+            too_many(headers), httpx.Response(200, content=sse(text("ok")))
+        )
+        model = OpenAIModel(
+            OpenAIConfig(model="m", base_url="http://mock/v1"),
+            transport=httpx.MockTransport(handler),
+            sleep=recorder(sleeps),
+        )
+        assert await collect(model, HI) == [TextDelta("ok")]
+        assert len(sleeps) == 1
+        assert low <= sleeps[0] <= high
+        await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_retry_after_over_the_limit_is_not_waited_for() -> None:
+    sleeps: list[float] = []
+    handler = replying(too_many({"retry-after": "120"}))
+    model = OpenAIModel(
+        OpenAIConfig(model="m", base_url="http://mock/v1", retry_max_wait=60),
+        transport=httpx.MockTransport(handler),
+        sleep=recorder(sleeps),
+    )
+    with pytest.raises(ModelError) as raised:
+        await collect(model, HI)
+    error = raised.value
+    assert "asked to wait 120 s, more than retry_max_wait (60 s)" in str(error)
+    assert (error.status_code, error.server_code) == (429, "rate_limit_exceeded")
+    assert (error.retryable, error.attempts, error.retry_after) == (True, 1, 120.0)
+    assert sleeps == []
+    assert requests_of(handler) == 1
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_the_server_can_say_whether_to_retry() -> None:
+    refused = httpx.Response(503, text="busy", headers={"x-should-retry": "false"})
+    handler = replying(refused)
+    model = model_for("sk-test-key-0123456789", handler)
+    with pytest.raises(ModelError, match="HTTP 503: busy") as raised:
+        await collect(model, HI)
+    assert (raised.value.retryable, raised.value.server_code) == (False, None)
+    assert requests_of(handler) == 1
+    await model.aclose()
+    conflict = httpx.Response(400, text="retry me", headers={"x-should-retry": "true"})
+    handler = replying(conflict, httpx.Response(200, content=sse(text("ok"))))
+    model = model_for("sk-test-key-0123456789", handler)
+    assert await collect(model, HI) == [TextDelta("ok")]
+    await model.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_garbage_line_is_not_retried() -> None:
+    handler = replying(httpx.Response(200, content=b"data: {not json\n\n"))
+    model = model_for("sk-test-key-0123456789", handler)
+    with pytest.raises(ModelError, match="malformed chunk") as raised:
+        await collect(model, HI)
+    assert (raised.value.retryable, raised.value.attempts) == (False, 1)
+    assert requests_of(handler) == 1
+    await model.aclose()
+
+
+def test_retry_settings_are_checked() -> None:
+    for settings in (
+        {"max_retries": -1},
+        {"max_retries": 1.5},
+        {"retry_delay": -0.1},
+        {"retry_max_wait": float("nan")},
+        {"timeout": 0},
+    ):
+        with pytest.raises(ConfigurationError, match="OpenAIConfig"):
+            OpenAIConfig(model="m", **settings)  # pyright: ignore[reportArgumentType]
+    config = OpenAIConfig.from_env(
+        {"TURNKEEP_OPENAI_MODEL": "m", "TURNKEEP_OPENAI_MAX_RETRIES": "0"}
+    )
+    assert config is not None
+    assert config.max_retries == 0
+    with pytest.raises(ConfigurationError, match="TURNKEEP_OPENAI_MAX_RETRIES"):
+        OpenAIConfig.from_env(
+            {"TURNKEEP_OPENAI_MODEL": "m", "TURNKEEP_OPENAI_MAX_RETRIES": "-1"}
+        )
+
+
+@pytest.mark.asyncio
+async def test_a_refused_connection_is_retried_with_backoff(host: Host) -> None:
+    sleeps: list[float] = []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens
+    model = OpenAIModel(
+        OpenAIConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1"),
+        sleep=recorder(sleeps),
+        jitter=lambda: 1.0,
+    )
+    loop = AgentLoop.create("a", host=host, model=model)
+    result = await loop.run_turn("hello")
+    assert result.failure == TurnFailure(code="model", retryable=True, attempts=3)
+    assert "ConnectError" in (result.error or "")
+    assert sleeps == [0.375, 0.75]  # 0.5 and 1.0, each less a quarter
+    await loop.close()
+    await model.aclose()

@@ -1,10 +1,12 @@
 """A pytest plugin that fails a run in which a required component's test skipped.
 
-Two components may be missing from a machine: PostgreSQL (tests marked
-`postgres`) and Chromium (tests marked `browser`). Where one is required
-(`pgserver.required()`: a server is installed, `TURNKEEP_REQUIRE_POSTGRES=1`
-as `.ci/run` sets, or an explicit DSN; `chromium.required()`:
-`TURNKEEP_REQUIRE_CHROMIUM=1`, also set by `.ci/run`), a skipped test with
+Three components may be missing from a machine: PostgreSQL (tests marked
+`postgres`), Chromium (tests marked `browser`) and LiteLLM's proxy (tests
+marked `litellm`). Where one is required (`pgserver.required()`: a server
+is installed, `TURNKEEP_REQUIRE_POSTGRES=1` as `.ci/run` sets, or an
+explicit DSN; `chromium.required()`: `TURNKEEP_REQUIRE_CHROMIUM=1`, also
+set by `.ci/run`; `litellm_proxy.required()`: `TURNKEEP_REQUIRE_LITELLM=1`,
+set by `.ci/run`), a skipped test with
 its marker means the suite did not test what it claims to: the run's exit
 status becomes "tests failed" and the summary lists them. Soak-tier tests
 (skipped unless asked for) and expected failures are not counted. The root
@@ -18,11 +20,12 @@ from typing import Final
 
 import attrs
 import pytest
-from tests.support import chromium, pgserver
+from tests.support import chromium, litellm_proxy, pgserver
 
 GUARDED: Final[tuple[tuple[str, str, Callable[[], bool]], ...]] = (
     ("postgres", "PostgreSQL", lambda: pgserver.required()),
     ("browser", "Chromium", lambda: chromium.required()),
+    ("litellm", "LiteLLM's proxy", lambda: litellm_proxy.required()),
 )
 """Marker, component, and whether a skip of a test with that marker fails."""
 

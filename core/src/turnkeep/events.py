@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 import msgspec
 
 from turnkeep.effectdata import EffectResolvedData, UnknownPolicy
+from turnkeep.failuredata import TurnFailure
 from turnkeep.manifestdata import Manifest, ManifestDifference, RunDriftData
 from turnkeep.runcontextdata import (
     BudgetsInfo,
@@ -61,6 +62,7 @@ __all__ = [
     "TurnCheckpointData",
     "TurnEnd",
     "TurnEndData",
+    "TurnFailure",
     "TurnStart",
     "TurnStartData",
     "TurnStatus",
@@ -350,6 +352,10 @@ class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
         manifest: the versions of outside state the turn leaves behind, by
             name (the `turn_manifest` hook; format version 2); `UNSET`, and
             absent on the wire, when no plugin names any.
+        failure: why a `failed` turn failed, as data (`TurnFailure`: the
+            error's code, a model server's HTTP status and error code,
+            whether a retry may help); `UNSET`, and absent on the wire, for
+            other turns and in logs written before it existed.
     """
 
     turn: int
@@ -357,6 +363,7 @@ class TurnEndData(_Payload, frozen=True, kw_only=True, gc=False):
     error: str | None = None
     usage: TurnUsage | None = None
     manifest: Manifest | msgspec.UnsetType = msgspec.UNSET
+    failure: TurnFailure | msgspec.UnsetType = msgspec.UNSET
 
 
 class TurnStart(SessionEvent, tag="turn/start", frozen=True, kw_only=True, gc=False):

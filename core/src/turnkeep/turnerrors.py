@@ -56,10 +56,36 @@ class TurnNotDurableError(TurnError):
 class ModelError(TurnError):
     """The model could not produce a reply (a provider error, a finished script).
 
-    The loop ends the turn with status `failed` and this error's message.
+    The loop ends the turn with status `failed`, this error's message, and
+    its fields as the turn's `TurnFailure`.
+
+    Attributes:
+        status_code: the HTTP status the model server answered, if any.
+        server_code: the server's own error code, if it sent one.
+        retryable: trying again may succeed (a rate limit, a server error,
+            a broken connection, a timeout).
+        attempts: the requests made, retries included (`None`: unknown).
+        retry_after: seconds the server asked to wait before trying again.
     """
 
     code = "model"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        server_code: str | None = None,
+        retryable: bool = False,
+        attempts: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.server_code = server_code
+        self.retryable = retryable
+        self.attempts = attempts
+        self.retry_after = retry_after
 
 
 class ToolError(TurnkeepError):

@@ -2,16 +2,33 @@
 
 Implements `turnkeep.agent.models.Model` against any server that speaks the
 `/chat/completions` streaming API (OpenAI, vLLM, llama.cpp, Ollama, LiteLLM,
-...). Consumed by the examples when the environment configures it; never
-needed by the tests, which use `ScriptedModel`.
+...). Consumed by the examples when the environment configures it; the
+loop's own tests use `ScriptedModel`, this adapter's run against LiteLLM's
+proxy.
 
-Configuration comes from the environment (`OpenAIConfig.from_env`):
+Configuration comes from the environment (`OpenAIConfig.from_env`, in
+`turnkeep.agent.openai_config`):
 
 - `TURNKEEP_OPENAI_MODEL` (required to enable it), e.g. `gpt-4o-mini`;
 - `TURNKEEP_OPENAI_BASE_URL` or `OPENAI_BASE_URL` (default OpenAI's);
 - `TURNKEEP_OPENAI_API_KEY` or `OPENAI_API_KEY`;
 - `TURNKEEP_OPENAI_TEMPERATURE`, `TURNKEEP_OPENAI_MAX_TOKENS` (optional
-  settings sent with every request, and reported by `describe`).
+  settings sent with every request, and reported by `describe`);
+- `TURNKEEP_OPENAI_TIMEOUT`, `TURNKEEP_OPENAI_MAX_RETRIES`.
+
+A reply is finished only when the stream says so: `data: [DONE]`, or a
+chunk with a `finish_reason` before the server closed it. An error the
+server sends inside the stream (`data: {"error": ...}`, as LiteLLM does
+after HTTP 200), and a stream closed before either, raise `ModelError`, so
+the loop fails the turn and keeps what was streamed as a partial reply. A
+server that ignored `stream: true` and answered one JSON body is read as
+the whole reply; any other content type is an error naming it.
+
+Failures carry data (`ModelError.status_code`, `server_code`, `retryable`,
+`attempts`), which the loop records as the turn's `TurnFailure`. What the
+OpenAI client libraries retry is retried (`turnkeep.agent.openai_wire`),
+with backoff or after the server's `Retry-After`, but only while nothing
+of the reply has arrived: once a delta arrived, the loop has logged it.
 
 Usage comes from the server: each request asks for it
 (`stream_options.include_usage`), and the `usage` chunk the server sends
@@ -27,13 +44,16 @@ loop records, is hidden from `repr`, and is scrubbed from error messages
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Final, cast
 
 import attrs
 import msgspec
 
+from turnkeep.agent import openai_wire as wire
 from turnkeep.agent.messages import Message
 from turnkeep.agent.models import (
     ModelOutput,
@@ -42,7 +62,8 @@ from turnkeep.agent.models import (
     TextDelta,
     Usage,
 )
-from turnkeep.errors import ConfigurationError, ModelError
+from turnkeep.agent.openai_config import DEFAULT_BASE_URL, OpenAIConfig
+from turnkeep.errors import ModelError
 from turnkeep.events import ModelInfo
 
 try:
@@ -54,116 +75,23 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIConfig", "OpenAIModel"]
 
-DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 _REDACTED: Final = "[redacted]"
 
 
-@attrs.frozen
-class OpenAIConfig:
-    """Where and how to reach the model server.
-
-    Attributes:
-        model: the model name the server knows.
-        base_url: the API root (without `/chat/completions`).
-        api_key: the bearer token, or `None` for servers without auth.
-            Never shown by `repr`.
-        timeout: seconds to wait for the server between streamed bytes.
-        temperature: sent as `temperature` when set.
-        max_tokens: sent as `max_tokens` when set: the output cap a token
-            budget reserves per call (`turnkeep.agent.budgets`).
-        report_usage: ask the server for usage (`stream_options`); turn it
-            off for a server that refuses the field.
-    """
-
-    model: str
-    base_url: str = DEFAULT_BASE_URL
-    api_key: str | None = attrs.field(default=None, repr=False)
-    timeout: float = 120.0
-    temperature: float | None = None
-    max_tokens: int | None = None
-    report_usage: bool = True
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> OpenAIConfig | None:
-        """Read the configuration from the environment; `None` if not enabled.
-
-        Raises:
-            ConfigurationError: `TURNKEEP_OPENAI_TIMEOUT` or
-                `TURNKEEP_OPENAI_TEMPERATURE` is not a number, or
-                `TURNKEEP_OPENAI_MAX_TOKENS` not a positive integer.
-        """
-        env = os.environ if env is None else env
-        model = env.get("TURNKEEP_OPENAI_MODEL")
-        if not model:
-            return None
-        timeout_text = env.get("TURNKEEP_OPENAI_TIMEOUT", "120")
-        try:
-            timeout = float(timeout_text)
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"TURNKEEP_OPENAI_TIMEOUT must be a number of seconds, got "
-                f"{timeout_text!r}"
-            ) from exc
-        temperature = env.get("TURNKEEP_OPENAI_TEMPERATURE")
-        max_tokens = env.get("TURNKEEP_OPENAI_MAX_TOKENS")
-        try:
-            temp = None if temperature is None else float(temperature)
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"TURNKEEP_OPENAI_TEMPERATURE must be a number, got {temperature!r}"
-            ) from exc
-        if max_tokens is not None and not (
-            max_tokens.isdigit() and int(max_tokens) > 0
-        ):
-            raise ConfigurationError(
-                "TURNKEEP_OPENAI_MAX_TOKENS must be a positive integer, got "
-                f"{max_tokens!r}"
-            )
-        return cls(
-            model=model,
-            base_url=env.get("TURNKEEP_OPENAI_BASE_URL")
-            or env.get("OPENAI_BASE_URL")
-            or DEFAULT_BASE_URL,
-            api_key=env.get("TURNKEEP_OPENAI_API_KEY") or env.get("OPENAI_API_KEY"),
-            timeout=timeout,
-            temperature=temp,
-            max_tokens=None if max_tokens is None else int(max_tokens),
-        )
-
-
-class _Function(msgspec.Struct, omit_defaults=True):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(msgspec.Struct, omit_defaults=True):
-    index: int = 0
-    id: str | None = None
-    function: _Function | None = None
-
-
-class _Delta(msgspec.Struct, omit_defaults=True):
-    content: str | None = None
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _Choice(msgspec.Struct, omit_defaults=True):
-    delta: _Delta = msgspec.field(default_factory=_Delta)
-
-
-class _Usage(msgspec.Struct, omit_defaults=True):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-class _Chunk(msgspec.Struct, omit_defaults=True):
-    choices: list[_Choice] = msgspec.field(default_factory=list[_Choice])
-    model: str | None = None
-    usage: _Usage | None = None
-
-
-_chunk_decoder: Final = msgspec.json.Decoder(_Chunk)
 _encoder: Final = msgspec.json.Encoder()
+_TIMEOUT_WHAT: Final = {
+    "ConnectTimeout": "could not connect",
+    "ReadTimeout": "sent nothing",
+    "WriteTimeout": "did not take the request",
+    "PoolTimeout": "had no free connection",
+}
+
+
+@attrs.define
+class _Progress:
+    """Whether any part of the reply arrived (then no retry: it is logged)."""
+
+    received: bool = False
 
 
 @attrs.define(eq=False)
@@ -171,12 +99,19 @@ class OpenAIModel:
     """A `Model` that streams from an OpenAI-compatible `/chat/completions`.
 
     Args:
-        config: the server, model and key.
+        config: the server, model, key and retry policy.
         transport: an httpx transport to use instead of the network (tests).
+        sleep: waits between retries (`asyncio.sleep`; tests record it).
+        jitter: a number in [0, 1) that spreads backoff delays
+            (`random.random`).
     """
 
     config: OpenAIConfig
     transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    sleep: Callable[[float], Awaitable[None]] = attrs.field(
+        default=asyncio.sleep, repr=False
+    )
+    jitter: Callable[[], float] = attrs.field(default=random.random, repr=False)
     _client: httpx.AsyncClient | None = attrs.field(
         init=False, default=None, repr=False
     )
@@ -209,68 +144,222 @@ class OpenAIModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Stream the reply from the server, then its usage if it reports one.
 
+        A failure before any part of the reply arrived is retried when it
+        may pass (`OpenAIConfig.max_retries`); once a part arrived it is
+        never retried, because the loop has already logged it.
+
         Raises:
-            ModelError: the server refused or broke off, or sent tool
-                arguments that are not a JSON object.
+            ModelError: the server refused, broke off, reported an error,
+                ended the stream before the reply was finished, answered
+                with something that is neither a stream nor a JSON reply,
+                or sent tool arguments that are not a JSON object; its
+                fields say the HTTP status, the server's code, whether a
+                retry may help and how many requests were made.
         """
-        body = self._body(request)
+        body = _encoder.encode(self._body(request))
+        attempt = 0
+        while True:
+            attempt += 1
+            progress = _Progress()
+            try:
+                # Closed here, not left to the garbage collector, when the
+                # caller stops early: it holds the connection.
+                async with contextlib.aclosing(self._attempt(body, progress)) as items:
+                    async for item in items:
+                        yield item
+                return
+            except ModelError as exc:
+                wait = self._wait(exc, attempt, progress)
+                if wait is None:
+                    raise self._final(exc, attempt) from None
+            await self.sleep(wait)
+
+    def _wait(self, exc: ModelError, attempt: int, progress: _Progress) -> float | None:
+        """Seconds to wait before the next attempt, or `None`: give up."""
+        config = self.config
+        if progress.received or not exc.retryable or attempt > config.max_retries:
+            return None
+        if exc.retry_after is not None:
+            return exc.retry_after if exc.retry_after <= config.retry_max_wait else None
+        delay = min(config.retry_delay * 2 ** (attempt - 1), config.retry_max_delay)
+        return delay * (1 - 0.25 * self.jitter())
+
+    def _final(self, exc: ModelError, attempt: int) -> ModelError:
+        notes: list[str] = []
+        wait = exc.retry_after
+        if wait is not None and wait > self.config.retry_max_wait and exc.retryable:
+            notes.append(
+                f"the server asked to wait {wait:g} s, more than retry_max_wait "
+                f"({self.config.retry_max_wait:g} s)"
+            )
+        if attempt > 1:
+            notes.append(f"gave up after {attempt} attempts")
+        message = str(exc) + (f" ({'; '.join(notes)})" if notes else "")
+        return ModelError(
+            message,
+            status_code=exc.status_code,
+            server_code=exc.server_code,
+            retryable=exc.retryable,
+            attempts=attempt,
+            retry_after=exc.retry_after,
+        )
+
+    async def _attempt(
+        self, body: bytes, progress: _Progress
+    ) -> AsyncGenerator[ModelOutput]:
+        """One request: its reply streamed, or a `ModelError`."""
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
         url = self.config.base_url.rstrip("/") + "/chat/completions"
-        calls: dict[int, list[str]] = {}
-        names: dict[int, str] = {}
-        usage: _Usage | None = None
-        served: str | None = None
         try:
             async with self._http().stream(
-                "POST", url, content=_encoder.encode(body), headers=headers
+                "POST", url, content=body, headers=headers
             ) as response:
-                if response.status_code >= 400:
-                    detail = (await response.aread())[:500].decode("utf-8", "replace")
-                    raise ModelError(
-                        self._scrub(
-                            f"the model server answered HTTP "
-                            f"{response.status_code}: {detail}"
-                        )
+                status = response.status_code
+                if status >= 400:
+                    detail, code = wire.error_of_body(await response.aread())
+                    raise self._error(
+                        f"the model server answered HTTP {status}: {detail}",
+                        status_code=status,
+                        server_code=code,
+                        retryable=wire.retryable_status(status, response.headers),
+                        retry_after=wire.retry_after(response.headers),
                     )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
-                    chunk = _chunk_decoder.decode(payload)
-                    served = chunk.model or served
-                    if chunk.usage is not None:
-                        usage = chunk.usage
-                    for choice in chunk.choices:
-                        delta = choice.delta
-                        if delta.content:
-                            yield TextDelta(delta.content)
-                        for part in delta.tool_calls or ():
-                            function = part.function or _Function()
-                            if function.name:
-                                names[part.index] = function.name
-                            calls.setdefault(part.index, []).append(
-                                function.arguments or ""
-                            )
+                kind = response.headers.get("content-type", "")
+                kind = kind.split(";")[0].strip().lower()
+                if kind == "application/json":
+                    reply = wire.reply_decoder.decode(await response.aread())
+                    for item in self._whole(reply, progress):
+                        yield item
+                    return
+                if kind not in ("", "text/event-stream"):
+                    raise self._error(
+                        f"the model server answered HTTP {status} with content "
+                        f"type {kind!r}, neither a stream (text/event-stream) "
+                        "nor a JSON reply"
+                    )
+                async with contextlib.aclosing(
+                    self._events(response, progress)
+                ) as events:
+                    async for item in events:
+                        yield item
+        except httpx.TimeoutException as exc:
+            what = _TIMEOUT_WHAT.get(type(exc).__name__, "did not answer")
+            raise self._error(
+                f"the model server {what} within {self.config.timeout:g} s "
+                f"({type(exc).__name__})",
+                retryable=True,
+            ) from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise self._error(
+                f"the model server failed: {type(exc).__name__}: {exc}",
+                retryable=True,
+            ) from None
         except httpx.HTTPError as exc:
-            raise ModelError(
-                self._scrub(f"the model server failed: {type(exc).__name__}: {exc}")
+            raise self._error(
+                f"the model server failed: {type(exc).__name__}: {exc}"
             ) from None
         except msgspec.DecodeError as exc:
-            raise ModelError(
-                self._scrub(f"the model server sent a malformed chunk: {exc}")
+            raise self._error(
+                f"the model server sent a malformed chunk: {exc}"
             ) from None
+
+    async def _events(
+        self, response: httpx.Response, progress: _Progress
+    ) -> AsyncGenerator[ModelOutput]:
+        """The reply of a `text/event-stream` answer, text as it arrives."""
+        calls: dict[int, list[str]] = {}
+        names: dict[int, str] = {}
+        usage: wire.Usage | None = None
+        served: str | None = None
+        finished = False
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                finished = True
+                break
+            if not payload:
+                continue
+            chunk = wire.chunk_decoder.decode(payload)
+            if chunk.error is not None:
+                code = wire.server_code(chunk.error)
+                raise self._error(
+                    "the model server reported an error in the stream: "
+                    + wire.describe(chunk.error),
+                    server_code=code,
+                    retryable=wire.retryable_code(code),
+                )
+            served = chunk.model or served
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                finished = finished or choice.finish_reason is not None
+                delta = choice.delta
+                if delta.content:
+                    progress.received = True
+                    yield TextDelta(delta.content)
+                for part in delta.tool_calls or ():
+                    progress.received = True
+                    function = part.function or wire.Function()
+                    if function.name:
+                        names[part.index] = function.name
+                    calls.setdefault(part.index, []).append(function.arguments or "")
+        if not finished:
+            raise self._error(
+                "the model server ended the stream before the reply was "
+                "finished (no [DONE] and no finish_reason)",
+                retryable=True,
+            )
         for index in sorted(calls):
             yield ModelToolCall(names.get(index, ""), _arguments("".join(calls[index])))
         if usage is not None:
-            yield Usage(
-                input_tokens=usage.prompt_tokens,
-                output_tokens=usage.completion_tokens,
-                model=served,
+            yield _usage(usage, served)
+
+    def _whole(
+        self, reply: wire.FullReply, progress: _Progress
+    ) -> Iterator[ModelOutput]:
+        """The reply of a server that answered with one JSON body."""
+        if reply.error is not None:
+            code = wire.server_code(reply.error)
+            raise self._error(
+                "the model server reported an error: " + wire.describe(reply.error),
+                server_code=code,
+                retryable=wire.retryable_code(code),
             )
+        if not reply.choices:
+            raise self._error("the model server answered JSON without a reply")
+        message = reply.choices[0].message
+        if message.content:
+            progress.received = True
+            yield TextDelta(message.content)
+        for call in message.tool_calls or ():
+            progress.received = True
+            function = call.function
+            yield ModelToolCall(
+                function.name or "", _arguments(function.arguments or "")
+            )
+        if reply.usage is not None:
+            yield _usage(reply.usage, reply.model)
+
+    def _error(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        server_code: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> ModelError:
+        return ModelError(
+            self._scrub(message),
+            status_code=status_code,
+            server_code=None if server_code is None else self._scrub(server_code),
+            retryable=retryable,
+            retry_after=retry_after,
+        )
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
@@ -329,6 +418,14 @@ def _wire_message(message: Message) -> dict[str, Any]:
             for call in message.tool_calls
         ]
     return wire
+
+
+def _usage(usage: wire.Usage, served: str | None) -> Usage:
+    return Usage(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        model=served,
+    )
 
 
 def _arguments(text: str) -> dict[str, Any]:

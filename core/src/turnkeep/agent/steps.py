@@ -30,7 +30,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, Literal, TypeVar
 
 import attrs
-from msgspec.structs import replace
 
 from turnkeep.agent import tools as _tools
 from turnkeep.agent.budgets import BudgetExhausted, TurnBudget
@@ -48,9 +47,13 @@ from turnkeep.agent.turns import (
     NOT_DURABLE_OUTPUT,
     NOT_RUN_CANCELLED_OUTPUT,
     SUMMARY_STATUS,
+    NotDurable,
     Running,
+    StepCancelled,
     TurnResult,
     call_id_for,
+    end_data,
+    failure_of,
     name_session,
     uncancel,
 )
@@ -70,7 +73,7 @@ from turnkeep.events import (
     TurnCheckpoint,
     TurnCheckpointData,
     TurnEnd,
-    TurnEndData,
+    TurnFailure,
     TurnStart,
     TurnStartData,
     TurnStatus,
@@ -84,14 +87,6 @@ __all__ = ["TurnRunner"]
 E = TypeVar("E", bound=SessionEvent)
 
 _CRASHED: Final = "the process stopped during this turn; recovered after restart"
-
-
-class _Cancelled(Exception):
-    """The turn saw a cancel request at a step boundary."""
-
-
-class _NotDurable(Exception):
-    """A durability point before an unsafe tool failed."""
 
 
 @attrs.define(eq=False)
@@ -194,6 +189,7 @@ class TurnRunner:
     ) -> TurnResult:
         status: TurnStatus = "completed"
         error: str | None = None
+        failure: TurnFailure | None = None
         text = ""
         try:
             if user_text is not None:
@@ -206,31 +202,34 @@ class TurnRunner:
                 text = await self._steps(turn)
             else:
                 status, error = "interrupted", _CRASHED
-        except _Cancelled:
+        except StepCancelled:
             status, error = "cancelled", "cancelled by the caller"
         except asyncio.CancelledError:
             if not self.running.cancel_requested:
                 raise  # not ours (e.g. the event loop shuts down): like a crash
             uncancel()
             status, error = "cancelled", "cancelled by the caller"
-        except _NotDurable as exc:
+        except NotDurable as exc:
             status, error = "failed", str(exc)
+            failure = failure_of(exc)
         except BudgetExhausted as exc:
             status, error = "budget_exhausted", str(exc)
         except TimedOut as exc:
             status, error = "timed_out", str(exc)
         except (ModelError, EventRejectedError) as exc:
             status, error = "failed", str(exc)
+            failure = failure_of(exc)
         except Exception as exc:
             # An unexpected error still closes the turn, so the log never
             # keeps a turn open that no crash cut off; then it propagates.
             description = f"{type(exc).__name__}: {exc}"
             # If its flush fails too, the original error matters more; the
             # next turn retries the flush.
+            failed = failure_of(exc, "internal")
             with contextlib.suppress(FlushError):
-                await self._end(turn, start_seq, "failed", description, text)
+                await self._end(turn, start_seq, "failed", description, text, failed)
             raise
-        return await self._end(turn, start_seq, status, error, text)
+        return await self._end(turn, start_seq, status, error, text, failure)
 
     async def _steps(self, turn: int) -> str:
         self._record_context()
@@ -265,13 +264,13 @@ class TurnRunner:
         status: TurnStatus,
         error: str | None,
         text: str,
+        failure: TurnFailure | None = None,
     ) -> TurnResult:
         self.running.phase = "end"
         usage = self.meter.finish()
         # Asked after the turn's work, so it names the world the turn leaves.
         found = await self.manifest(self.session)
-        data = TurnEndData(turn=turn, status=status, error=error, usage=usage)
-        end = self._emit(TurnEnd, replace(data, manifest=found) if found else data)
+        end = self._emit(TurnEnd, end_data(turn, status, error, usage, found, failure))
         self.session.set_summary(status=SUMMARY_STATUS[status])
         await self.flush(self.session)
         return TurnResult(
@@ -282,6 +281,7 @@ class TurnRunner:
             error=error,
             start_seq=start_seq,
             end_seq=end.seq,
+            failure=failure,
         )
 
     # -- model calls ---------------------------------------------------------
@@ -323,7 +323,7 @@ class TurnRunner:
                             f"the model streamed a {type(item).__name__}; "
                             "expected TextDelta, ModelToolCall or Usage"
                         )
-        except (ModelError, EventRejectedError, _Cancelled, TimedOut):
+        except (ModelError, EventRejectedError, StepCancelled, TimedOut):
             reply.cut_off()
             raise
         except asyncio.CancelledError:
@@ -398,13 +398,13 @@ class TurnRunner:
                 await self._durability_point()
             except FlushError as exc:
                 self._result(call_id, NOT_DURABLE_OUTPUT, "error")
-                raise _NotDurable(
+                raise NotDurable(
                     f"the tool call {call_id} ({request.name}) could not be made "
                     f"durable before it ran, so it did not run: {exc}"
                 ) from exc
             if self.running.cancel_requested:
                 self._result(call_id, NOT_RUN_CANCELLED_OUTPUT, "error")
-                raise _Cancelled
+                raise StepCancelled
         data = ToolCallData(
             call_id=call_id, name=request.name, arguments=arguments, replay=replay
         )
@@ -470,7 +470,7 @@ class TurnRunner:
 
     def _check_cancel(self) -> None:
         if self.running.cancel_requested:
-            raise _Cancelled
+            raise StepCancelled
 
     def _emit(self, kind: type[E], data: object) -> E:
         # The payload names its event type; `kind` only types the result.

@@ -19,9 +19,18 @@ from collections.abc import Callable
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
+import msgspec
 
 from turnkeep.agent.recovery import RecoveryReport
-from turnkeep.events import SessionEvent, TurnStatus
+from turnkeep.errors import ModelError
+from turnkeep.events import (
+    Manifest,
+    SessionEvent,
+    TurnEndData,
+    TurnFailure,
+    TurnStatus,
+    TurnUsage,
+)
 from turnkeep.meta import SessionStatus
 from turnkeep.session import Session
 
@@ -32,12 +41,16 @@ __all__ = [
     "NOT_RUN_CANCELLED_OUTPUT",
     "SUMMARY_STATUS",
     "NewTurn",
+    "NotDurable",
     "Outcome",
     "Phase",
     "RecoverTurn",
     "Running",
+    "StepCancelled",
     "TurnResult",
     "call_id_for",
+    "end_data",
+    "failure_of",
     "name_session",
     "request_cancel",
     "uncancel",
@@ -107,6 +120,10 @@ class TurnResult:
         error: why, when `status` is not `completed`.
         start_seq: the seq of the turn's `turn/start`.
         end_seq: the seq of its `turn/end`.
+        failure: why a `failed` turn failed, as data (the error's code; for
+            a model server's failure its HTTP status, its error code and
+            whether a retry may help); `None` for other turns. The same
+            record is in the turn's `turn/end`.
     """
 
     session_id: str
@@ -116,6 +133,53 @@ class TurnResult:
     error: str | None = None
     start_seq: int = 0
     end_seq: int = 0
+    failure: TurnFailure | None = None
+
+
+class StepCancelled(Exception):
+    """The turn saw a cancel request at a step boundary."""
+
+
+class NotDurable(Exception):
+    """A durability point before an unsafe tool failed."""
+
+    code = "not-durable"
+
+
+def end_data(
+    turn: int,
+    status: TurnStatus,
+    error: str | None,
+    usage: TurnUsage,
+    manifest: Manifest | None,
+    failure: TurnFailure | None,
+) -> TurnEndData:
+    """The payload of a turn's `turn/end` (manifest and failure only when set)."""
+    data = TurnEndData(turn=turn, status=status, error=error, usage=usage)
+    if manifest:
+        data = msgspec.structs.replace(data, manifest=manifest)
+    if failure is not None:
+        data = msgspec.structs.replace(data, failure=failure)
+    return data
+
+
+def failure_of(exc: BaseException, code: str | None = None) -> TurnFailure:
+    """The `TurnFailure` recorded for a turn that `exc` failed.
+
+    Args:
+        exc: the error.
+        code: the code to record instead of the error's own (for errors
+            that are not `turnkeep.errors` classes).
+    """
+    if isinstance(exc, ModelError):
+        return TurnFailure(
+            code=code or exc.code,
+            status_code=exc.status_code,
+            server_code=exc.server_code,
+            retryable=exc.retryable,
+            attempts=exc.attempts,
+        )
+    return TurnFailure(code=code or str(getattr(exc, "code", "internal")))
 
 
 @attrs.define(eq=False)
