@@ -521,7 +521,8 @@ def test_the_command_line_refuses_a_changed_context_and_names_the_flag(
             ScriptedModel([], name="one"),  # the refused resume of an unknown id
             ScriptedModel([Reply(text="hello")], name="one"),
             ScriptedModel([], name="two"),
-            ScriptedModel([Reply(text="again")], name="two"),
+            # Its reply #2 answers the resumed session's second turn.
+            ScriptedModel([Reply(text="hello"), Reply(text="again")], name="two"),
         ]
     )
     monkeypatch.setattr(cli, "choose_model", lambda: (next(models), "test"))
@@ -541,3 +542,28 @@ def test_the_command_line_refuses_a_changed_context_and_names_the_flag(
         "one",
         "two",
     ]
+
+
+def test_a_failed_turn_says_why_and_exits_1(
+    workspace: Workspace,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from coding_agent import cli
+
+    monkeypatch.chdir(tmp_path)
+    configure(tmp_path, "jsonl", tmp_path)
+    models = iter([ScriptedModel([]), ScriptedModel([Reply(text="hello")])])
+    monkeypatch.setattr(cli, "choose_model", lambda: (next(models), "test"))
+    root = str(workspace.root)
+    assert cli.main(["--workspace", root, "hi"]) == cli.EXIT_TURN_FAILED == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    end = lines.index("-- turn 1 failed --")
+    assert lines[end + 1] == (
+        "   why: the scripted model has 0 replies and was asked for reply #1"
+    )
+    assert "coding-agent: turn 1 failed" in captured.err
+    assert cli.main(["--workspace", root, "hi"]) == 0
+    assert "why:" not in capsys.readouterr().out

@@ -234,3 +234,31 @@ async def test_a_wrong_key_is_refused_and_never_stored(
     await model.aclose()
     assert leaks(tmp_path, wrong) == []
     assert proxy.requests("hello:wrong-key") == 0
+
+
+def test_the_coding_agent_says_why_a_turn_failed_and_exits_1(
+    proxy: Proxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.examples.support import configure
+
+    from coding_agent import cli
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.chdir(tmp_path)
+    configure(tmp_path, "jsonl", tmp_path)
+    monkeypatch.setenv("TURNKEEP_OPENAI_MODEL", "faults")
+    monkeypatch.setenv("TURNKEEP_OPENAI_BASE_URL", proxy.base_url)
+    monkeypatch.setenv("TURNKEEP_OPENAI_API_KEY", proxy.key)
+    monkeypatch.setenv("TURNKEEP_OPENAI_MAX_RETRIES", "0")
+    status = cli.main(["--workspace", str(workspace), "rate-limited:coding-agent"])
+    captured = capsys.readouterr()
+    assert status == cli.EXIT_TURN_FAILED, captured.out + captured.err
+    assert "-- turn 1 failed --" in captured.out
+    assert "   why: the model server answered HTTP 429: " in captured.out
+    assert proxy.key not in captured.out + captured.err
+    assert proxy.requests("rate-limited:coding-agent") == 1
+    assert leaks(tmp_path, proxy.key) == []

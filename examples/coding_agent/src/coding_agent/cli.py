@@ -20,6 +20,14 @@ goes on. The
 persistence plugin comes from configuration (`turnkeep.toml`,
 `TURNKEEP_PERSISTENCE`), never from flags.
 
+A turn that did not complete prints why under its end line (`why: the
+model server answered HTTP 429: ...`). Exit status: 0 when the last turn
+this process ran completed, or was closed as interrupted by recovery, or
+no turn ran; 1 when it failed, timed out or ran out of budget
+(`EXIT_TURN_FAILED`); 2 when the session was refused (another run context,
+a changed workspace, a blocked call, any other turnkeep error); 130 on
+Ctrl-C.
+
 For the crash demo, `CODING_AGENT_HOLD_AFTER=<tool>` makes that tool hold
 still after it has done its work, before its result reaches the session, as
 if the machine froze there; the line `[hold] ...` announces it.
@@ -29,18 +37,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from coding_agent.agent import choose_model, open_agent
 from coding_agent.script import TASK
 from coding_agent.workspace import Workspace
-from turnkeep import Host, SessionEvent, Tool, ToolContext, load_config
+from turnkeep import Host, Model, SessionEvent, Tool, ToolContext, load_config
 from turnkeep.agent import replay_policy
 from turnkeep.agent.tools import unknown_policy
 from turnkeep.errors import ContextMismatchError, ManifestDriftError, TurnkeepError
@@ -54,9 +63,12 @@ from turnkeep.events import (
     UserMessage,
 )
 
-__all__ = ["describe", "main", "run"]
+__all__ = ["EXIT_TURN_FAILED", "describe", "main", "run"]
 
 HOLD_VARIABLE = "CODING_AGENT_HOLD_AFTER"
+EXIT_TURN_FAILED: Final = 1
+"""The exit status when the last turn failed, timed out or ran out of budget."""
+_UNFINISHED: Final = frozenset({"failed", "timed_out", "budget_exhausted"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,7 +100,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def describe(event: SessionEvent) -> str | None:
-    """One plain line for an event (`None`: not worth a line)."""
+    """A plain line for an event (`None`: not worth a line).
+
+    A turn's end that did not complete gets a second line saying why.
+    """
     if isinstance(event, TurnStart):
         return f"-- turn {event.data.turn} --"
     if isinstance(event, UserMessage):
@@ -108,7 +123,10 @@ def describe(event: SessionEvent) -> str | None:
         first = event.data.output.strip().splitlines()[0] if event.data.output else ""
         return f"  <- {event.data.status}: {first[:100]}"
     if isinstance(event, TurnEnd):
-        return f"-- turn {event.data.turn} {event.data.status} --"
+        line = f"-- turn {event.data.turn} {event.data.status} --"
+        if event.data.status != "completed" and event.data.error:
+            line += f"\n   why: {event.data.error}"
+        return line
     if isinstance(event, RunDrift):
         changed = "; ".join(d.describe() for d in event.data.differences)
         return f"drift recorded (changed since the last turn): {changed}"
@@ -177,6 +195,37 @@ async def run(argv: Sequence[str]) -> int:
         task = TASK
     workspace = Workspace(args.workspace)
     model, model_name = choose_model()
+    ended: list[TurnEnd] = []
+
+    def on_event(event: SessionEvent) -> None:
+        if isinstance(event, TurnEnd):
+            ended.append(event)
+        _print_event(event)
+
+    # The model's HTTP connections close with the command, refused or not.
+    async with contextlib.AsyncExitStack() as stack:
+        aclose = getattr(model, "aclose", None)
+        if aclose is not None:
+            stack.push_async_callback(aclose)
+        await _run(args, task, workspace, model, model_name, on_event)
+    if ended and ended[-1].data.status in _UNFINISHED:
+        last = ended[-1].data
+        print(
+            f"coding-agent: turn {last.turn} {last.status.replace('_', ' ')}",
+            file=sys.stderr,
+        )
+        return EXIT_TURN_FAILED
+    return 0
+
+
+async def _run(
+    args: argparse.Namespace,
+    task: str,
+    workspace: Workspace,
+    model: Model,
+    model_name: str,
+    on_event: Callable[[SessionEvent], None],
+) -> None:
     async with Host(load_config()) as host:
         store = host.persistence_name or "none (nothing outlives this process)"
         print(f"store: {store}; model: {model_name}; workspace: {workspace.root}")
@@ -190,7 +239,7 @@ async def run(argv: Sequence[str]) -> int:
             continue_turn=args.continue_turn,
             accept_context_change=args.accept_context_change,
             accept_drift=args.accept_drift,
-            on_event=_print_event,
+            on_event=on_event,
             wrap=_hold,
         )
         print(f"session: {agent.session_id}", flush=True)
@@ -205,7 +254,6 @@ async def run(argv: Sequence[str]) -> int:
         if task:
             await agent.run_turn(task)
         await agent.close()
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
