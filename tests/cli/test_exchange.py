@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ import pytest
 from tests.cli.conftest import make_store
 from tests.cli.support import Store, cli, converse, crash_in_turn, one_line_error
 
+from turnkeep import AgentLoop, ToolContext, function_tool
 from turnkeep.agent.messages import derive_messages
-from turnkeep.agent.recovery import pairing_problems
+from turnkeep.agent.recovery import open_turn, pairing_problems
 from turnkeep.cli.importers import NO_RESULT_OUTPUT
 from turnkeep.codec import EventCodec
 from turnkeep.events import (
@@ -25,6 +27,7 @@ from turnkeep.events import (
     TurnStart,
     UserMessage,
 )
+from turnkeep.testing import Reply, ScriptedModel
 
 OPENAI_CHAT: list[dict[str, Any]] = [
     {"role": "system", "content": "You are terse."},
@@ -111,6 +114,10 @@ def test_export_then_import_into_another_backend(store: Store, tmp_path: Path) -
         assert result.stdout.strip() == f"{sid}-copy"
         original = decoded(store, sid)
         copy = decoded(other, f"{sid}-copy")
+        if sid == "s":  # the export ended inside a turn: the import ended it
+            closing = copy[len(original) :]
+            assert [type(e) for e in closing] == [ToolResult, ToolResult, TurnEnd]
+            copy = copy[: len(original)]
         assert len(copy) == len(original)
         for a, b in zip(original, copy, strict=True):
             assert (type(a), a.seq, a.time) == (type(b), b.seq, b.time)
@@ -259,3 +266,62 @@ def test_import_does_not_overwrite(store: Store, tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "'s' already exists" in one_line_error(result)
     assert asyncio.run(store.load("s")).events == before
+
+
+def test_importing_an_export_that_ends_inside_a_turn_runs_nothing(
+    store: Store, tmp_path: Path
+) -> None:
+    # A crafted export can end inside a turn with an unanswered `safe` call;
+    # left open, resuming the imported session re-ran it (recovery runs safe
+    # calls again), with arguments the export's author chose.
+    asyncio.run(crash_in_turn(store, "s"))
+    exported = tmp_path / "s.jsonl"
+    assert cli("export", "s", "-o", str(exported), store=store).exit_code == 0
+    result = cli("import", str(exported), "--id", "copy", store=store)
+    assert result.exit_code == 0, result.stderr
+    assert "ended it as interrupted" in result.stderr
+    assert "2 call(s) without a result answered `interrupted`" in result.stderr
+    result = cli("import", str(exported), "--id", "copy2", "--json", store=store)
+    report: dict[str, Any] = msgspec.json.decode(result.stdout)
+    assert report["interrupted"] == ["c-deploy", "c-ls"]
+    assert report["closed_turn"] is True
+    events = decoded(store, "copy")
+    assert open_turn(events) is None
+    assert pairing_problems(events) == []
+    results = {e.data.call_id: e.data for e in events if isinstance(e, ToolResult)}
+    assert {c: r.status for c, r in results.items()} == {
+        "c-deploy": "interrupted",
+        "c-ls": "interrupted",
+    }
+    end = events[-1]
+    assert isinstance(end, TurnEnd)
+    assert end.data.status == "interrupted"
+    ran: list[str] = []
+
+    @function_tool(replay="safe")
+    async def ls(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """List files."""
+        del arguments
+        ran.append(context.call_id)
+        return "secret.txt"
+
+    async def resume() -> None:
+        async with store.host() as host:
+            loop = await AgentLoop.resume(
+                "test-agent",
+                "copy",
+                host=host,
+                model=ScriptedModel([Reply("ok")]),
+                tools=[ls],
+                context="override",
+            )
+            await loop.run_turn("go on")
+            await loop.close()
+
+    asyncio.run(resume())
+    assert ran == []
+    # A chat import says so too.
+    chat = tmp_path / "chat.json"
+    chat.write_bytes(msgspec.json.encode(OPENAI_CHAT))
+    result = cli("import", str(chat), "--id", "chat", store=store)
+    assert "1 call(s) without a result answered `interrupted`" in result.stderr

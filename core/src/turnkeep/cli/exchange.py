@@ -23,11 +23,12 @@ import attrs
 import click
 import msgspec
 
+from turnkeep.agent.recovery import open_turn
 from turnkeep.auditing import delete_recorded
 from turnkeep.cli import import_codex, import_pi
 from turnkeep.cli.files import write_private
 from turnkeep.cli.importers import plan_messages
-from turnkeep.cli.importplan import Plan, Step
+from turnkeep.cli.importplan import NO_RESULT_OUTPUT, Plan, Step
 from turnkeep.cli.jsoninput import (
     Record,
     check_text,
@@ -53,7 +54,15 @@ from turnkeep.errors import (
     SessionCorruptError,
     SessionNotFoundError,
 )
-from turnkeep.events import UserMessage, UserMessageData
+from turnkeep.events import (
+    SessionEvent,
+    ToolResult,
+    ToolResultData,
+    TurnEnd,
+    TurnEndData,
+    UserMessage,
+    UserMessageData,
+)
 from turnkeep.ids import new_session_id, validate_session_id
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession
@@ -163,6 +172,8 @@ class _Imported(msgspec.Struct, frozen=True, kw_only=True):
     format: str
     events: int
     skipped: dict[str, int]
+    interrupted: list[str]
+    closed_turn: bool
 
 
 @click.command(
@@ -226,6 +237,8 @@ def import_(
             format=plan.format,
             events=len(plan.steps),
             skipped=dict(plan.skipped),
+            interrupted=plan.interrupted,
+            closed_turn=plan.closed_turn,
         )
         if as_json:
             emit_json(result)
@@ -238,6 +251,17 @@ def import_(
             + (f"; skipped {skipped}" if skipped else ""),
             err=True,
         )
+        if plan.closed_turn or plan.interrupted:
+            click.echo(
+                (
+                    "the last turn was left open: ended it as interrupted; "
+                    if plan.closed_turn
+                    else ""
+                )
+                + f"{len(plan.interrupted)} call(s) without a result answered "
+                "`interrupted` (never run)",
+                err=True,
+            )
         return 0
 
     execute(body)
@@ -402,7 +426,45 @@ def _plan_export(
             step = (UserMessage, UserMessageData(text=event.data.text, untrusted=True))
         plan.steps.append(step)
         plan.times.append(event.time)
+    _close_open_turn(plan, events)
     return plan, header.meta
+
+
+def _close_open_turn(plan: Plan, events: Sequence[SessionEvent]) -> None:
+    """End an export's open turn, its calls answered `interrupted`.
+
+    Left open, resuming the imported session would recover it as a crash
+    and run its unanswered `safe` calls again: calls whose arguments the
+    export's author chose, run on this machine. An import runs nothing.
+    """
+    unfinished = open_turn(events)
+    if unfinished is None:
+        return
+    for call in unfinished.unanswered:
+        plan.steps.append(
+            (
+                ToolResult,
+                ToolResultData(
+                    call_id=call.data.call_id,
+                    output=NO_RESULT_OUTPUT,
+                    status="interrupted",
+                ),
+            )
+        )
+        plan.times.append(None)
+        plan.interrupted.append(call.data.call_id)
+    plan.steps.append(
+        (
+            TurnEnd,
+            TurnEndData(
+                turn=unfinished.turn,
+                status="interrupted",
+                error="[imported] the export ended inside this turn",
+            ),
+        )
+    )
+    plan.times.append(None)
+    plan.closed_turn = True
 
 
 def register(group: click.Group) -> None:

@@ -76,6 +76,10 @@ class Plan:
         first_prompt: the first user message's text.
         title: a title the source gave the conversation.
         cwd: the working directory the source recorded.
+        interrupted: the calls the import answered `interrupted` because
+            the source recorded no result for them (never run).
+        closed_turn: whether the source ended inside a turn that the import
+            ended (a turnkeep export; other sources' turns are the import's).
     """
 
     format: str
@@ -85,6 +89,8 @@ class Plan:
     first_prompt: str | None = None
     title: str | None = None
     cwd: str | None = None
+    interrupted: list[str] = attrs.field(factory=list[str])
+    closed_turn: bool = False
 
 
 @attrs.define
@@ -102,6 +108,7 @@ class Builder:
     calls: list[str] = attrs.field(factory=list[str])  # this turn's unanswered
     known: set[str] = attrs.field(factory=set[str])
     answered: set[str] = attrs.field(factory=set[str])
+    interrupted: list[str] = attrs.field(factory=list[str])
     first_prompt: str | None = None
 
     def emit(self, kind: type[SessionEvent], payload: object) -> None:
@@ -134,6 +141,7 @@ class Builder:
                 ),
             )
             self.answered.add(call_id)
+            self.interrupted.append(call_id)
         self.calls.clear()
         self.emit(
             TurnEnd, TurnEndData(turn=self.turn, status=self.status, error=self.error)
@@ -239,6 +247,7 @@ class Builder:
             times=self.times,
             skipped=self.skipped,
             first_prompt=self.first_prompt,
+            interrupted=self.interrupted,
         )
 
 
