@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
 from tests.cli.support import Store, cli, converse
 from tests.serve.conftest import Served, config, killed_in_turn
 
 from turnkeep.config import load_config
 from turnkeep.errors import ConfigurationError
-from turnkeep.serve import check_bind
+from turnkeep.serve import check_bind, create_app
 from turnkeep.serve.budgets import Budgets
 
 TOKEN = "Vq3xZ8pL0sN4tY7wB2mK6r"  # noqa: S105 - a test token
@@ -230,3 +236,136 @@ def test_the_command_names_the_extra_when_it_is_missing(
     result = cli("serve")
     assert result.exit_code == 2
     assert "pip install 'turnkeep[serve]'" in result.stderr
+
+
+# -- every route, classified ---------------------------------------------------
+
+ROUTES: dict[tuple[str, str], str] = {
+    ("GET", "/sessions"): "read",
+    ("GET", "/sessions/{session_id}"): "read",
+    ("GET", "/sessions/{session_id}/events"): "read",
+    ("GET", "/sessions/{session_id}/stream"): "read",
+    ("GET", "/sessions/{session_id}/history"): "read",
+    ("GET", "/sessions/{session_id}/audit"): "read",
+    ("POST", "/sessions/{session_id}/cancel"): "write",
+    ("POST", "/recover"): "write",
+    ("GET", "/"): "page",
+    ("GET", "/view/{session_id}"): "page",
+    ("GET", "/static/{name}"): "public",
+    ("GET", "/login"): "public",
+    ("POST", "/login"): "public",
+}
+"""What the guard asks of each route: `read` and `write` (API: 401 without
+the token), `page` (HTML: to `/login` without it) or `public` (no token)."""
+
+_PATH_VALUES = {"session_id": "s-one", "name": "page.css"}
+
+Reply = tuple[int, dict[str, str]]
+
+
+def registered(app: Starlette) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves (`HEAD` goes with `GET`)."""
+    found: list[tuple[str, str]] = []
+    for route in app.routes:
+        assert isinstance(route, Route), f"{route!r} is not a plain route"
+        found += [(m, route.path) for m in sorted(route.methods or ()) if m != "HEAD"]
+    return found
+
+
+async def answer(
+    app: Starlette, method: str, path: str, headers: dict[str, str]
+) -> Reply:
+    """The status and headers `app` answers with; its body is not waited for.
+
+    A stream answers and then goes on: the request is cancelled once its
+    status is known. An answer that does not start within 10 s fails the
+    test instead of hanging it.
+    """
+    started: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+    asked = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client never goes away by itself
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start" and not started.done():
+            pairs: list[tuple[bytes, bytes]] = message["headers"]
+            found = {k.decode().lower(): v.decode() for k, v in pairs}
+            started.set_result((message["status"], found))
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1")]
+        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 80),
+    }
+    task = asyncio.create_task(app(scope, receive, send))
+    try:
+        async with asyncio.timeout(10):
+            await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            if task.done():
+                task.result()  # raises what the app raised
+            raise AssertionError(f"{method} {path}: no answer within 10 s")
+        return started.result()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("open_reads", [False, True], ids=["token", "open-reads"])
+async def test_every_route_is_guarded_as_classified(
+    sqlite_store: Store, open_reads: bool
+) -> None:
+    await converse(sqlite_store, "s-one", prompts=("hi",))
+    settings = config(token=TOKEN, open_reads=open_reads, burst=10_000)
+    wrong = {"Authorization": "Bearer not-the-token"}
+    async with sqlite_store.host() as host:
+        app = create_app(host, settings)
+        async with app.router.lifespan_context(app):
+            routes = registered(app)
+            unclassified = [r for r in routes if r not in ROUTES]
+            assert unclassified == [], (
+                f"classify these routes in ROUTES: {unclassified}"
+            )
+            assert sorted(routes) == sorted(ROUTES)
+            for method, template in routes:
+                path = template.format(**_PATH_VALUES)
+                kind = ROUTES[method, template]
+                what = f"{kind} route {method} {template}"
+                status, headers = await answer(app, method, path, {})
+                if kind == "write" or (kind == "read" and not open_reads):
+                    assert status == 401, what
+                    assert headers["www-authenticate"].startswith("Bearer"), what
+                    assert (await answer(app, method, path, wrong))[0] == 401, what
+                elif kind == "page" and not open_reads:
+                    assert (status, headers.get("location")) == (303, "/login"), what
+                    status, headers = await answer(app, method, path, wrong)
+                    assert (status, headers.get("location")) == (303, "/login"), what
+                elif kind == "public":
+                    assert "www-authenticate" not in headers, what
+                    assert status != 303, what
+                else:  # reads and pages open to everyone
+                    assert status == 200, what
+                    assert (await answer(app, method, path, wrong))[0] in (
+                        401,
+                        303,
+                    ), f"{what}: a wrong token is still refused"
+                if kind in ("read", "page"):
+                    assert (await answer(app, method, path, AUTH))[0] == 200, what
