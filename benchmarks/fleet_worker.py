@@ -33,6 +33,9 @@ import msgspec
 from benchmarks import streamed
 from turnkeep import AgentLoop, Host
 
+FILL_AT_ONCE = 8
+"""Sessions a worker fills at once."""
+
 
 def raw_turn_rows(
     session_id: str, seq0: int, turn: int
@@ -97,11 +100,16 @@ class Worker:
         )
 
     async def fill(self, sessions: list[str], turns: int) -> None:
+        # A few at a time: 64 sessions loading at once waited out the
+        # pool's connection timeout on a busy machine.
+        gate = asyncio.Semaphore(FILL_AT_ONCE)
+
         async def one(session_id: str) -> None:
-            agent = await self._open(session_id)
-            for _ in range(turns):
-                await agent.run_turn(streamed.prompt(session_id, 1))
-            await agent.close()
+            async with gate:
+                agent = await self._open(session_id)
+                for _ in range(turns):
+                    await agent.run_turn(streamed.prompt(session_id, 1))
+                await agent.close()
 
         await asyncio.gather(*(one(s) for s in sessions))
 
