@@ -96,11 +96,22 @@ class Proc:
         return await self.answer()
 
     async def quit(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b'{"op": "quit"}\n')
-        await self.proc.stdin.drain()
-        self.proc.stdin.close()
+        """Ask it to close and exit; a worker that already failed is killed."""
+        if self.proc.returncode is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(b'{"op": "quit"}\n')
+                await self.proc.stdin.drain()
+                self.proc.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                self.proc.kill()
         await self.proc.wait()
+
+
+async def quit_all(workers: list[Proc]) -> None:
+    """Every worker gone before the schemas they write are dropped."""
+    for worker in workers:
+        await worker.quit()
 
 
 def sessions() -> list[str]:
@@ -115,14 +126,15 @@ async def grow(schema: str, turns: int) -> None:
     """`turns` more turns on every session, the workers filling their share."""
     workers = [await Proc.start("open", schema) for _ in range(WORKERS)]
     names = sessions()
-    await asyncio.gather(
-        *(
-            w.ask({"op": "fill", "sessions": names[i::WORKERS], "turns": turns})
-            for i, w in enumerate(workers)
+    try:
+        await asyncio.gather(
+            *(
+                w.ask({"op": "fill", "sessions": names[i::WORKERS], "turns": turns})
+                for i, w in enumerate(workers)
+            )
         )
-    )
-    for w in workers:
-        await w.quit()
+    finally:
+        await quit_all(workers)
 
 
 def grow_raw(schema: str, rows: int, *, create: bool) -> None:
@@ -155,12 +167,16 @@ async def fleet(mode: str, schema: str, rng: random.Random) -> dict[str, Any]:
     workers = [await Proc.start(mode, schema) for _ in range(WORKERS)]
     names = sessions()
     if mode == "pinned":
-        await asyncio.gather(
-            *(
-                w.ask({"op": "hold", "sessions": names[i::WORKERS]})
-                for i, w in enumerate(workers)
+        try:
+            await asyncio.gather(
+                *(
+                    w.ask({"op": "hold", "sessions": names[i::WORKERS]})
+                    for i, w in enumerate(workers)
+                )
             )
-        )
+        except BaseException:
+            await quit_all(workers)
+            raise
     busy: set[int] = set()
     latencies: list[float] = []
     left = REQUESTS
@@ -179,11 +195,12 @@ async def fleet(mode: str, schema: str, rng: random.Random) -> dict[str, Any]:
             busy.discard(n)
             latencies.append(answer["s"])
 
-    start = time.perf_counter()
-    await asyncio.gather(*(drive(i, w) for i, w in enumerate(workers)))
-    took = time.perf_counter() - start
-    for w in workers:
-        await w.quit()
+    try:
+        start = time.perf_counter()
+        await asyncio.gather(*(drive(i, w) for i, w in enumerate(workers)))
+        took = time.perf_counter() - start
+    finally:
+        await quit_all(workers)
     latencies.sort()
     return {
         "turns_per_s": len(latencies) / took,

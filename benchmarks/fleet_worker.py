@@ -33,8 +33,8 @@ import msgspec
 from benchmarks import streamed
 from turnkeep import AgentLoop, Host
 
-FILL_AT_ONCE = 8
-"""Sessions a worker fills at once."""
+FILL_AT_ONCE = 2
+"""Sessions a worker fills at once (its backend's pool holds 4 connections)."""
 
 
 def raw_turn_rows(
@@ -100,8 +100,8 @@ class Worker:
         )
 
     async def fill(self, sessions: list[str], turns: int) -> None:
-        # A few at a time: 64 sessions loading at once waited out the
-        # pool's connection timeout on a busy machine.
+        # A few at a time: 64 sessions (and 8) loading and flushing at once
+        # waited out the pool's connection timeout on a busy machine.
         gate = asyncio.Semaphore(FILL_AT_ONCE)
 
         async def one(session_id: str) -> None:
