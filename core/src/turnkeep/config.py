@@ -154,6 +154,10 @@ class ServeConfig:
         name: names the sign-in cookie (`turnkeep_<name>`; default the
             port), so services on one host keep their cookies apart.
         login_lifetime: how long a browser's sign-in lasts (`"12h"`).
+        recover_every: run the recovery sweep this often while the service
+            runs (`"60s"`; unset: only on `POST /recover`).
+        prune_every: apply the `[retention]` policy this often while the
+            service runs (`"1h"`; unset: never; set, it needs a policy).
     """
 
     token: str | None = None
@@ -173,6 +177,16 @@ class ServeConfig:
     login_lifetime: timedelta = attrs.field(
         default=timedelta(hours=12), converter=parse_duration
     )
+    recover_every: timedelta | None = attrs.field(
+        default=None, converter=lambda v: _optional_duration(v)
+    )
+    prune_every: timedelta | None = attrs.field(
+        default=None, converter=lambda v: _optional_duration(v)
+    )
+
+
+def _optional_duration(value: timedelta | str | None) -> timedelta | None:
+    return None if value is None else parse_duration(value)
 
 
 @attrs.frozen

@@ -12,19 +12,32 @@ recovers exactly as `AgentLoop.resume` does — every unsafe call without a
 result is recorded as *interrupted, outcome unknown* and never run again;
 a safe call is run again only when its tool is passed in — closes the turn
 as interrupted, and releases the session, which stays resumable.
+
+`run_recovery` runs the sweep on a timer (a service's `[serve]
+recover_every`). Several processes may sweep one store at once: the claim
+each asks for serialises them per session, so one recovers it and the
+others find it held or already clean; none reports that as a failure. What
+a sweep did is on the audit trail: each recovery (recorded by the loop),
+and each session it could not settle (`recovery`, `why: sweep failed`); a
+sweep that found nothing to do records nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from typing import Final, Literal, TypeAlias
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import timedelta
+from typing import Final, Literal, NoReturn, TypeAlias
 
 import attrs
 
+from turnkeep.agent.auditnotes import note_by
 from turnkeep.agent.loop import AgentLoop
 from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.agent.tools import Tool
+from turnkeep.config import parse_duration
 from turnkeep.errors import (
     ModelError,
     SessionLockedError,
@@ -35,7 +48,15 @@ from turnkeep.host import Host
 from turnkeep.listfilter import ListFilter
 from turnkeep.listing import active_holds, list_where
 
-__all__ = ["SWEEP_AGENT_ID", "SweepAction", "SweepResult", "recover_interrupted"]
+__all__ = [
+    "SWEEP_AGENT_ID",
+    "SweepAction",
+    "SweepResult",
+    "recover_interrupted",
+    "run_recovery",
+]
+
+_log: Final = logging.getLogger("turnkeep.recovery")
 
 SWEEP_AGENT_ID: Final = "turnkeep-recovery"
 """The agent id recovery runs under (recorded nowhere in the log)."""
@@ -130,7 +151,59 @@ async def recover_interrupted(
             results.append(SweepResult(session_id, "failed", error=str(exc)))
         except TurnkeepError as exc:
             results.append(SweepResult(session_id, "failed", error=str(exc)))
+    for failed in (r for r in results if r.action == "failed"):
+        reason = f"the recovery sweep could not settle it: {failed.error}"
+        await note_by(host, "recovery", failed.session_id, reason, _SWEEP_FAILED)
     return results
+
+
+_SWEEP_FAILED: Final[dict[str, str | int]] = {"why": "sweep failed"}
+
+
+async def run_recovery(
+    host: Host,
+    every: timedelta | str,
+    *,
+    tools: Iterable[Tool] = (),
+    lock: asyncio.Lock | None = None,
+    on_results: Callable[[list[SweepResult]], object] | None = None,
+) -> NoReturn:
+    """Run `recover_interrupted` now and then every `every`, until cancelled.
+
+    Run it as a task and cancel it at shutdown. A sweep that fails as a
+    whole (the store unreachable) is logged on the `turnkeep.recovery`
+    logger and the next runs on time. With `lock`, a tick that finds it
+    taken (a sweep asked for over HTTP is running) waits for it, then
+    sweeps. `on_results` receives each finished sweep's results.
+
+    Raises:
+        ConfigurationError: `every` is not a duration longer than zero.
+    """
+    interval = parse_duration(every).total_seconds()
+    tools = list(tools)
+    while True:
+        try:
+            if lock is None:
+                results = await recover_interrupted(host, tools=tools)
+            else:
+                async with lock:
+                    results = await recover_interrupted(host, tools=tools)
+        except TurnkeepError as exc:
+            _log.warning("recovery sweep failed: %s", exc)
+        else:
+            _log_results(results)
+            if on_results is not None:
+                on_results(results)
+        await asyncio.sleep(interval)
+
+
+def _log_results(results: list[SweepResult]) -> None:
+    recovered = [r.session_id for r in results if r.action == "recovered"]
+    if recovered:
+        _log.info("recovery: settled %d session(s): %s", len(recovered), recovered)
+    for result in results:
+        if result.action == "failed":
+            _log.warning("recovery: %r: %s", result.session_id, result.error)
 
 
 async def _recover(host: Host, session_id: str, tools: list[Tool]) -> SweepResult:

@@ -36,6 +36,7 @@ MISSING_SERVE: Final = (
     "  turnkeep serve                          # http://127.0.0.1:8765/\n"
     "  turnkeep --store sqlite:./s.db serve --port 9000\n"
     "  turnkeep serve --new-token                # print a strong token\n"
+    "  turnkeep serve --recover-every 60s        # settle crashed turns\n"
     "  TURNKEEP_SERVE__TOKEN=... turnkeep serve --host 0.0.0.0",
 )
 @click.option("--host", "bind", metavar="ADDRESS", help="Address to bind [127.0.0.1].")
@@ -47,13 +48,28 @@ MISSING_SERVE: Final = (
     help="Serve the read endpoints and the page without the token.",
 )
 @click.option(
+    "--recover-every",
+    metavar="DURATION",
+    help="Run the recovery sweep this often (60s, 5m) [serve.recover_every].",
+)
+@click.option(
+    "--prune-every",
+    metavar="DURATION",
+    help="Apply the [retention] policy this often (1h) [serve.prune_every].",
+)
+@click.option(
     "--new-token",
     is_flag=True,
     help="Print a strong token for TURNKEEP_SERVE__TOKEN and exit.",
 )
 @common_options
 def serve(
-    bind: str | None, port: int | None, open_reads: bool | None, new_token: bool
+    bind: str | None,
+    port: int | None,
+    open_reads: bool | None,
+    recover_every: str | None,
+    prune_every: str | None,
+    new_token: bool,
 ) -> None:
     """Serve the store's sessions over HTTP: JSON, SSE and a web page.
 
@@ -61,9 +77,12 @@ def serve(
     token (TURNKEEP_SERVE__TOKEN or [serve] token), and so do reads unless
     --open-reads. Binding an address other than loopback needs a token. A
     token shorter than 22 characters is refused; --new-token prints one.
+    With --recover-every the service settles sessions a crash left inside
+    a turn on a timer; with --prune-every it applies [retention] on its own.
     """
     try:
         from turnkeep.serve.run import listen, serve as run, url
+        from turnkeep.serve.ticks import check_timers
         from turnkeep.serve.tokens import new_token as make_token
     except ModuleNotFoundError as exc:
         top = (exc.name or "").partition(".")[0]
@@ -85,7 +104,12 @@ def serve(
                 changes["port"] = port
             if open_reads is not None:
                 changes["open_reads"] = open_reads
+            if recover_every is not None:
+                changes["recover_every"] = recover_every
+            if prune_every is not None:
+                changes["prune_every"] = prune_every
             config = attrs.evolve(config, **changes)
+            check_timers(store.host, config)
             try:
                 sock = listen(config)
             except OSError as exc:
@@ -93,6 +117,9 @@ def serve(
             click.echo(
                 f"turnkeep: serving {store.name} sessions on {url(config)}", err=True
             )
+            if config.recover_every is not None:
+                every = config.recover_every.total_seconds()
+                click.echo(f"turnkeep: recovery sweep every {every:g}s", err=True)
             await run(store.host, config, sock)
         return 0
 

@@ -79,7 +79,8 @@ class Api:
     tails: Tails
     heartbeat: float = 15.0
     send_timeout: float = 30.0
-    _sweeping: asyncio.Lock = attrs.field(init=False, factory=asyncio.Lock)
+    sweeping: asyncio.Lock = attrs.field(init=False, factory=asyncio.Lock)
+    """Held while this process sweeps (`POST /recover` or the timer)."""
 
     @property
     def backend(self) -> SessionPersistence:
@@ -346,9 +347,9 @@ class Api:
             if asked.session_ids is not None
             else None
         )
-        if self._sweeping.locked():
+        if self.sweeping.locked():
             raise Problem(409, "recover-running", "a recovery sweep is running")
-        async with self._sweeping:
+        async with self.sweeping:
             results = await recover_interrupted(self.host, session_ids=ids)
         return json_response(
             RecoverView(

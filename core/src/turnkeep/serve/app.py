@@ -5,7 +5,9 @@ caller owns the host: it starts it before and closes it after). While the
 application runs, a small plugin on the host turns this process's own
 `session_committed` calls into an immediate look by the tails, so a
 session written in the same process is followed without waiting for the
-next poll; sessions written elsewhere are polled.
+next poll; sessions written elsewhere are polled. The timers the
+configuration asks for (`turnkeep.serve.ticks`: the recovery sweep,
+retention) run while the application does.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from turnkeep.serve.problems import (
     on_turnkeep_error,
 )
 from turnkeep.serve.signin import SignIn, cookie_name
+from turnkeep.serve.ticks import Timers, check_timers
 from turnkeep.session import Session
 
 __all__ = ["create_app"]
@@ -78,10 +81,12 @@ def create_app(
     Raises:
         PersistenceNotConfiguredError: the host has no backend.
         ConfigurationError: the token is too weak to resist guessing
-            (`turnkeep.serve.tokens`), or a trusted proxy is no address.
+            (`turnkeep.serve.tokens`), a trusted proxy is no address, or
+            `prune_every` is set without a `[retention]` policy.
     """
     config = config if config is not None else host.config.serve
     backend = host.require_persistence()
+    check_timers(host, config)
     tails = Tails(backend, interval=poll_interval, queue_size=queue_size)
     guard = Guard(
         token=config.token,
@@ -108,9 +113,12 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncGenerator[None]:
         wakeup = _Wakeup(tails, asyncio.get_running_loop())
         host.register(wakeup, name="turnkeep-serve-wakeup")
+        timers = Timers()
+        timers.start(host, config, api.sweeping)
         try:
             yield
         finally:
+            await timers.stop()
             await tails.aclose()
             await host.remove(wakeup)
 
