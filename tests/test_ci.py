@@ -7,7 +7,8 @@
   `PATH`, so the machine's server and packages are never touched and the
   suite does not recurse.
 - `.ci/run` requires the browser tests (`TURNKEEP_REQUIRE_CHROMIUM=1`);
-  elsewhere they skip where Chromium is missing, naming its install.
+  elsewhere they skip where Chromium is missing, naming its install. It
+  requires the coding agent's cgroup test too (`TURNKEEP_REQUIRE_CGROUP=1`).
 - `tests/support/skipguard.py` fails a run in which a `postgres` test
   skipped where PostgreSQL is required, a `browser` test where Chromium
   is, or a `litellm` test where LiteLLM's proxy is (checked in pytester
@@ -31,7 +32,8 @@ MAKE = (
     "#!/bin/sh\n"
     'echo "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}'
     " CHROMIUM=${TURNKEEP_REQUIRE_CHROMIUM:-unset}"
-    ' LITELLM=${TURNKEEP_REQUIRE_LITELLM:-unset}"\n'
+    " LITELLM=${TURNKEEP_REQUIRE_LITELLM:-unset}"
+    ' CGROUP=${TURNKEEP_REQUIRE_CGROUP:-unset}"\n'
 )
 APT = "#!/bin/sh\nexit 0\n"
 
@@ -49,6 +51,7 @@ def _run_ci(tmp_path: Path, pg_ctlcluster: str) -> subprocess.CompletedProcess[s
         "TURNKEEP_REQUIRE_POSTGRES",
         "TURNKEEP_REQUIRE_CHROMIUM",
         "TURNKEEP_REQUIRE_LITELLM",
+        "TURNKEEP_REQUIRE_CGROUP",
     )
     env = {k: v for k, v in os.environ.items() if k not in required}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
@@ -69,7 +72,7 @@ def test_ci_requires_the_postgres_tests_once_the_server_runs(tmp_path: Path) -> 
     # "status" says down (3), "start" succeeds.
     done = _run_ci(tmp_path, '#!/bin/sh\n[ "$3" = status ] && exit 3\nexit 0\n')
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "make test REQUIRE=1 CHROMIUM=1 LITELLM=1"
+    assert done.stdout.strip() == "make test REQUIRE=1 CHROMIUM=1 LITELLM=1 CGROUP=1"
 
 
 GUARDED = """

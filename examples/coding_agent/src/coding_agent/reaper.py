@@ -15,6 +15,15 @@ signal). So a command's processes end with it: none survives, none stays a
 zombie, and the process running the agent is not made a subreaper itself
 (its other children, and theirs, are none of this module's business).
 
+The supervisor is one of the command's processes, so the command can kill
+it (`kill -9 $PPID`): its processes are re-parented past it and keep
+running. So `stop` also kills the command's process group whether or not
+the supervisor is alive, and where the system delegates a cgroup v2
+(`coding_agent.cgroups`), the supervisor moves itself into a cgroup of its
+own before it starts the command, and `stop` kills whatever is left in that
+cgroup: processes that also left the group with `setsid` included (R23).
+Without a delegated cgroup those can outlive a killed supervisor.
+
 `start`, `start_error` and `stop` are the agent's side. Elsewhere (no `prctl`), `start`
 runs the command directly in a new process group and `stop` kills that
 group only: a descendant that left the group is not reached there.
@@ -65,18 +74,26 @@ async def start(
     """
     if not SUPERVISED:
         return await _spawn(list(argv), cwd=cwd, env=env, pass_fds=())
+    from coding_agent import cgroups
+
     # The supervisor reports a failed start on a pipe of its own: the
     # command's output is not the place for it.
     read, write = os.pipe()
+    group = cgroups.create()
     try:
-        shim = [sys.executable, "-I", "-S", __file__, str(write), "--", *argv]
+        shim = [sys.executable, "-I", "-S", __file__, str(write), str(group or "-")]
+        shim += ["--", *argv]
         process = await _spawn(shim, cwd=cwd, env=env, pass_fds=(write,))
     except BaseException:
         os.close(read)
+        if group is not None:
+            await cgroups.end(group, STOP_GRACE)
         raise
     finally:
         os.close(write)
     _failures[process.pid] = read
+    if group is not None:
+        _cgroups[process.pid] = group
     return process
 
 
@@ -93,28 +110,72 @@ def start_error(process: asyncio.subprocess.Process) -> StartError | None:
     return StartError(report) if report else None
 
 
-async def stop(process: asyncio.subprocess.Process) -> None:
-    """Kill `process`'s command and everything it started, and wait for it."""
+async def stop(process: asyncio.subprocess.Process) -> bool:
+    """Kill `process`'s command and everything it started, and wait for it.
+
+    Also what `run_command` calls once a command has ended, since the
+    command may have killed its supervisor and left processes behind.
+
+    Returns:
+        whether the supervisor ended the tree itself within `STOP_GRACE`
+        (always true unsupervised), rather than being killed with it.
+    """
     import asyncio
     import contextlib
 
-    if SUPERVISED:
+    in_time = True
+    if SUPERVISED and process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), STOP_GRACE)
-    # Unsupervised, the group goes (its leader may have exited already). A
-    # supervisor that has exited has reaped its tree; one that has not in
-    # `STOP_GRACE` is killed with its group.
-    if not SUPERVISED or process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        in_time = process.returncode is not None
+    # The group goes whether or not its leader, the supervisor, is alive: a
+    # command that killed its supervisor leaves its group running. A
+    # supervisor that ended its tree has left the group empty.
+    _kill_group(process.pid)
     await process.wait()
+    group = _cgroups.pop(process.pid, None)
+    if group is not None:
+        from coding_agent import cgroups
+
+        await cgroups.end(group, STOP_GRACE)
     start_error(process)  # closes its pipe
+    return in_time
+
+
+def _kill_group(pgid: int) -> None:
+    """`killpg(pgid, SIGKILL)` if some process is still in that group.
+
+    Looked for first: a group with no process left frees its number, which a
+    new, unrelated process could take as its own group's meanwhile.
+    """
+    import contextlib
+
+    if not SUPERVISED or _in_group(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _in_group(pgid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):  # it ended while we looked
+            continue
+        # After the command name: state, ppid, pgrp.
+        if fields[0] != b"Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 _failures: Final[dict[int, int]] = {}
 """Supervisor pid -> the read end of its start-failure pipe."""
+_cgroups: Final[dict[int, Path]] = {}
+"""Supervisor pid -> the cgroup its command runs in (where one was made)."""
 
 
 async def _spawn(
@@ -204,13 +265,34 @@ def _kill_all() -> None:
                 continue
         try:
             os.waitpid(-1, 0)
+            # Every child already dead, at once: one per round would scan
+            # `/proc` once per process, too slow for a large tree to end
+            # within `STOP_GRACE`.
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
         except ChildProcessError:  # no child left, living or dead
             return
 
 
-def _supervise(report_fd: int, argv: list[str]) -> int:
+def _join(group: str) -> None:
+    """Move this process into the cgroup `group` ("-": none was made).
+
+    Before the command starts, so that everything it forks is born there. A
+    refusal leaves the command without it, as where no cgroup is delegated.
+    """
+    if group == "-":
+        return
+    try:
+        with open(os.path.join(group, "cgroup.procs"), "w") as procs:
+            procs.write("0")
+    except OSError:
+        pass  # not delegated to us after all: the group kill remains
+
+
+def _supervise(report_fd: int, group: str, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _expire)
     try:
+        _join(group)
         try:
             _become_subreaper()
         except OSError as exc:
@@ -253,4 +335,4 @@ def _supervise(report_fd: int, argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_supervise(int(sys.argv[1]), sys.argv[3:]))
+    sys.exit(_supervise(int(sys.argv[1]), sys.argv[2], sys.argv[4:]))

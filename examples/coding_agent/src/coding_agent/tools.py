@@ -327,6 +327,9 @@ class RunCommand:
             await reaper.stop(process)
             raise
         failed = reaper.start_error(process)
+        # It ended, and its supervisor ended the tree, unless the command
+        # killed the supervisor: then what it left behind goes now.
+        await reaper.stop(process)
         if failed is not None:
             raise ToolError(f"cannot start {argv[0]!r}: {failed.strerror}")
         text = output[:MAX_OUTPUT].decode("utf-8", "replace")
