@@ -44,6 +44,9 @@ class BackupReport(msgspec.Struct, frozen=True, kw_only=True):
         events: how many events they hold together.
         bytes: how many bytes were written.
         skipped: sessions left out (each with its reason).
+        in_flight: sessions a live process was running a turn in, before
+            or after the copy (`turnkeep backup` fills it): the copy holds
+            each one's last whole flush, not the turn's end.
     """
 
     kind: Literal["store", "exports"]
@@ -53,6 +56,7 @@ class BackupReport(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     bytes: int
     skipped: list[Skipped] = msgspec.field(default_factory=list[Skipped])
+    in_flight: list[str] = msgspec.field(default_factory=list[str])
 
 
 @runtime_checkable

@@ -12,6 +12,13 @@ names them all; `turnkeep import` restores each file.
 The copy is written into a private temporary folder beside DEST and renamed
 to DEST only when complete, so a DEST that exists holds a whole backup. A
 DEST that exists and is not an empty folder is refused, nothing written.
+
+Before and after the copy, the stored sessions whose turn a live process is
+running are listed (`active` and held; where the backend cannot say who
+holds a session, every `active` one): the report names them, since the
+copy holds only each one's last whole flush. `--require-idle` refuses
+(exit 4) when there is any: before the copy, nothing is written; after it,
+the copy is removed and DEST left as it was.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from turnkeep.cli.files import private_dir, safe_folder, write_private
 from turnkeep.cli.output import clean, emit_json, format_size
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
+    CliError,
     Opened,
     common_options,
     execute,
@@ -48,11 +56,17 @@ from turnkeep.errors import (
     UnsafePathError,
     UnsupportedFormatError,
 )
+from turnkeep.listfilter import ListFilter
+from turnkeep.listing import active_holds, list_where
+from turnkeep.persistence import SessionPersistence
 
-__all__ = ["BACKUP_FORMAT", "BackupIndex", "IndexEntry", "register"]
+__all__ = ["BACKUP_FORMAT", "EXIT_BUSY", "BackupIndex", "IndexEntry", "register"]
 
 BACKUP_FORMAT: Final = "turnkeep-backup"
+EXIT_BUSY: Final = 4
+"""The exit status of `--require-idle` when a turn was running."""
 _PAGE: Final = 100
+_RUNNING: Final = ListFilter(statuses=("active",))
 
 
 class IndexEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,26 +93,35 @@ class BackupIndex(msgspec.Struct, frozen=True, kw_only=True):
     epilog="\b\nExamples:\n"
     "  turnkeep backup ./backup-2025-06-01\n"
     "  turnkeep --store sqlite:./sessions.db backup /mnt/backups/sessions --json\n"
+    "  turnkeep backup ./before-cut-over --require-idle\n"
     "\nRestore: see docs/cli.md (Backup and restore). Exit status 1 when a "
-    "session was left out (damaged, newer format).",
+    "session was left out (damaged, newer format), 4 when --require-idle "
+    "found a turn running.",
 )
 @click.argument("destination", metavar="DEST", type=click.Path(path_type=Path))
+@click.option(
+    "--require-idle",
+    is_flag=True,
+    help="Refuse (exit 4, no copy kept) if any turn runs before or after the copy.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @common_options
-def backup(destination: Path, as_json: bool) -> None:
+def backup(destination: Path, require_idle: bool, as_json: bool) -> None:
     """Copy every session of a live store into DEST, consistently.
 
     Agents may keep writing: every copied session holds whole flushes only.
     JSONL and SQLite stores are copied as stores (open the copy with
     --store); other backends (PostgreSQL) as one export file per session,
     restored with `turnkeep import`. DEST must not exist, or be empty.
+    Sessions with a turn running during the copy are listed (the copy holds
+    their last whole flush); --require-idle refuses then.
     """
     dest = Path(os.path.abspath(destination))
 
     async def body() -> int:
         _check_destination(dest)
         async with open_store() as store:
-            report = await _backup(store, dest)
+            report = await _backup(store, dest, require_idle)
         if as_json:
             emit_json(report)
         else:
@@ -125,17 +148,23 @@ def _check_destination(dest: Path) -> None:
     )
 
 
-async def _backup(store: Opened, dest: Path) -> BackupReport:
+async def _backup(store: Opened, dest: Path, require_idle: bool) -> BackupReport:
     """Write the backup beside `dest`, then rename it to `dest`."""
+    backend = store.backend
+    before = await _in_flight(backend)
+    if require_idle and before:
+        _refuse_busy(before, "nothing was written")
     parent = await asyncio.to_thread(safe_folder, dest.parent)
     work = parent / f".{dest.name}.backup-{secrets.token_hex(8)}.tmp"
     try:
-        backend = store.backend
         if supports_backup(backend):
             assert isinstance(backend, SessionBackup)  # noqa: S101 - just checked
             report = await backend.backup(work)
         else:
             report = await _export_all(store, work)
+        after = await _in_flight(backend)
+        if require_idle and after:
+            _refuse_busy(after, "the copy was removed")
         await asyncio.to_thread(_move, work, dest)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -145,7 +174,39 @@ async def _backup(store: Opened, dest: Path) -> BackupReport:
     if where is not None:
         name, _, path = where.partition(":")
         where = f"{name}:{dest / Path(path).relative_to(work)}"
-    return msgspec.structs.replace(report, destination=str(dest), store=where)
+    in_flight = sorted({*before, *after})
+    return msgspec.structs.replace(
+        report, destination=str(dest), store=where, in_flight=in_flight
+    )
+
+
+async def _in_flight(backend: SessionPersistence) -> list[str]:
+    """The stored sessions whose turn a live process is running now."""
+    found: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await list_where(backend, limit=_PAGE, cursor=cursor, where=_RUNNING)
+        holds = await active_holds(backend, page.items)
+        for meta in page.items:
+            # Without `held`, who runs what is unknown: count every one.
+            if meta.summary.status == "active" and (
+                holds is None or holds.get(meta.id, False)
+            ):
+                found.append(meta.id)
+        cursor = page.next_cursor
+        if cursor is None:
+            return found
+
+
+def _refuse_busy(running: list[str], what: str) -> None:
+    names = ", ".join(clean(i) for i in sorted(running)[:10])
+    more = f" and {len(running) - 10} more" if len(running) > 10 else ""
+    raise CliError(
+        f"--require-idle: a turn is running in {len(running)} session(s) "
+        f"({names}{more}); {what}. Stop or finish those turns and back up "
+        "again",
+        code=EXIT_BUSY,
+    )
 
 
 def _move(work: Path, dest: Path) -> None:
@@ -215,6 +276,12 @@ def _print(report: BackupReport) -> None:
         f"{format_size(report.bytes)} to {clean(report.destination)}"
         + (f" ({len(report.skipped)} skipped)" if report.skipped else "")
     )
+    if report.in_flight:
+        click.echo(
+            "a turn was running during the copy in: "
+            + ", ".join(clean(i) for i in report.in_flight)
+            + " (the copy holds each one's last whole flush)"
+        )
     if report.store is not None:
         click.echo(f"open the copy with: turnkeep --store {clean(report.store)} ls")
     else:
