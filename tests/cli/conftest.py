@@ -47,10 +47,23 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return work
 
 
-def make_store(name: str, root: Path) -> Store:
+def new_store(name: str, root: Path) -> Store:
+    """A store not made yet (for the commands that make one: import, migrate)."""
     if name == "jsonl":
         return Store("jsonl", root / "store")
     return Store("sqlite", root / "db" / "sessions.sqlite3")
+
+
+def make_store(name: str, root: Path) -> Store:
+    """An empty store that exists: `--store` refuses a path that does not."""
+    store = new_store(name, root)
+    if name == "jsonl":
+        store.path.mkdir(mode=0o700, parents=True)
+        return store
+    store.path.parent.mkdir(mode=0o700, parents=True)
+    # SQLite reads an empty file as an empty database.
+    store.path.touch(mode=0o600)
+    return store
 
 
 @pytest.fixture(params=BACKENDS)

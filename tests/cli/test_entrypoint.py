@@ -74,6 +74,7 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_errors_are_one_line_and_tracebacks_need_debug(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir(mode=0o700)
     spec = f"jsonl:{tmp_path / 'store'}"
     done = run("--store", spec, "show", "nope")
     assert done.returncode == 1

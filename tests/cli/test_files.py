@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from tests.cli.conftest import make_store
+from tests.cli.conftest import new_store
 from tests.cli.support import Store, cli, converse
 
 from turnkeep.cli.files import private_dir, write_private
@@ -90,12 +90,12 @@ def test_stores_the_command_creates_are_private(
     del umask
     chat = tmp_path / "chat.json"
     chat.write_bytes(msgspec.json.encode([{"role": "user", "content": "hi"}]))
-    imported = make_store(backend, tmp_path / "imported")
+    imported = new_store(backend, tmp_path / "imported")
     result = cli("import", str(chat), "--id", "s", store=imported)
     assert result.exit_code == 0, result.stderr
     assert_private_tree(tmp_path / "imported")
     other = "sqlite" if backend == "jsonl" else "jsonl"
-    migrated = make_store(other, tmp_path / "migrated")
+    migrated = new_store(other, tmp_path / "migrated")
     result = cli("migrate", "--from", imported.spec, "--to", migrated.spec, "--all")
     assert result.exit_code == 0, result.output
     assert_private_tree(tmp_path / "migrated")

@@ -224,7 +224,7 @@ def import_(
     async def body() -> int:
         target = validate_session_id(new_id or new_session_id())
         clock = _ReplayClock()
-        async with open_store(clock=clock) as store:
+        async with open_store(clock=clock, create=True) as store:
             host = store.host
             # Read before anything is stored: bad input changes nothing.
             plan, meta_in = _plan(data, name, host.codec, fmt)

@@ -154,7 +154,7 @@ def migrate(
         raise click.UsageError("--from and --to name the same store")
 
     async def body() -> int:
-        async with open_store(source) as src, open_store(target) as dst:
+        async with open_store(source) as src, open_store(target, create=True) as dst:
             ids = (
                 [i async for i in stored_ids(src.backend)]
                 if every

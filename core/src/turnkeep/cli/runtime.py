@@ -21,6 +21,7 @@ import sys
 import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -155,14 +156,19 @@ class Opened:
 
 @asynccontextmanager
 async def open_store(
-    spec: StoreSpec | None = None, *, clock: Clock = now_ms
+    spec: StoreSpec | None = None, *, clock: Clock = now_ms, create: bool = False
 ) -> AsyncGenerator[Opened]:
     """Start a host on the selected backend; close it afterwards.
 
     `spec` defaults to the `--store` option; without one, configuration
-    chooses (files, environment, or the default backend).
+    chooses (files, environment, or the default backend). A store named
+    explicitly by its path must exist unless `create` (the commands that
+    write new sessions: `import`, `migrate --to`): a typo'd path would
+    otherwise read as an empty store. The default store not existing yet
+    is normal.
 
     Raises:
+        CliError: an explicitly named store's path does not exist.
         PersistenceNotConfiguredError: no backend is active.
         ConfigurationError, PluginNotFoundError, UnknownBackendError: see
             `Host.start`.
@@ -172,6 +178,8 @@ async def open_store(
     try:
         await host.start()
         backend = host.require_persistence()
+        if chosen is not None and not create:
+            _check_exists(chosen)
     except BaseException:
         await host.aclose()
         raise
@@ -180,6 +188,16 @@ async def open_store(
         yield Opened(host=host, backend=backend, name=name)
     finally:
         await host.aclose()
+
+
+def _check_exists(spec: StoreSpec) -> None:
+    path = spec.options.get("path")
+    if path is None or Path(path).exists():
+        return
+    raise CliError(
+        f"no store at {path}; check the path (import and migrate --to "
+        "create a new store)"
+    )
 
 
 # -- running a command ---------------------------------------------------------

@@ -88,6 +88,12 @@ class Store:
                 if not create:
                     return None
                 fd = self._make_root()
+            except NotADirectoryError as exc:
+                error = StorageError(
+                    f"{path} is a file; the JSONL store is a directory"
+                )
+                error.errno = exc.errno
+                raise error from exc
             except OSError as exc:
                 raise self._open_error(
                     f"cannot open the store directory {path}", path, None, exc

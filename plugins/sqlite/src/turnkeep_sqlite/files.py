@@ -427,6 +427,11 @@ def _refuse_odd_file(dir_fd: int, name: str, path: Path) -> None:
 def _check_regular(info: os.stat_result, path: Path) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise StorageError(f"{path} is a symlink; refusing to follow it")
+    if stat.S_ISDIR(info.st_mode):
+        raise StorageError(
+            f"{path} is a directory; the SQLite store is a database file "
+            f"(e.g. {path / 'sessions.sqlite3'})"
+        )
     if not stat.S_ISREG(info.st_mode):
         raise StorageError(f"{path} is not a regular file")
     if info.st_uid != os.geteuid():
