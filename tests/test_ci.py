@@ -13,6 +13,8 @@
   skipped where PostgreSQL is required, a `browser` test where Chromium
   is, or a `litellm` test where LiteLLM's proxy is (checked in pytester
   runs).
+- `tests/support/litellm_proxy.py` starts LiteLLM's proxy again when it
+  exits while starting (its port taken meanwhile), and says why it gave up.
 - `tests/support/timing.py` sums test time by directory under `--durations`.
 - `make test-fast` keeps core, the loop, the memory backend's conformance
   and a JSONL and a SQLite smoke test, and every entry it names exists.
@@ -258,3 +260,25 @@ def test_test_fast_covers_core_and_a_smoke_of_each_embedded_backend() -> None:
         if test:
             defined = f"def {test}(" in (ROOT / file).read_text()
             assert defined or hasattr(PersistenceContract, test), f"no test {path}"
+
+
+def test_the_proxy_helper_retries_an_early_exit_then_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support import litellm_proxy
+
+    starts = tmp_path / "starts"
+    script = tmp_path / "litellm"
+    script.write_text(f"#!/bin/sh\necho started >> {starts}\necho boom\nexit 3\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(litellm_proxy, "_executable", lambda: script)
+    with (
+        pytest.raises(litellm_proxy.ProxyUnavailable, match="exited while starting"),
+        litellm_proxy.start_proxy(tmp_path / "proxy"),
+    ):
+        pass
+    assert starts.read_text().split() == ["started"] * 3
+    script.write_text(f"#!/bin/sh\necho '{litellm_proxy.READY} x'\nexec sleep 60\n")
+    with litellm_proxy.start_proxy(tmp_path / "again") as proxy:
+        assert proxy.base_url.startswith("http://127.0.0.1:")
+        assert proxy.requests("anything") == 0

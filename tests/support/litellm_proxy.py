@@ -88,9 +88,25 @@ def _executable() -> Path:
     return script
 
 
+@attrs.define
+class _Running:
+    process: subprocess.Popen[str]
+    reader: threading.Thread
+    port: int
+
+    def stop(self) -> None:
+        _stop(self.process)
+        self.reader.join(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
 @contextlib.contextmanager
 def start_proxy(directory: Path) -> Generator[Proxy]:
     """Run the proxy from `directory` until the block ends.
+
+    A proxy that exits while starting (the free port it was given may have
+    been taken meanwhile) is started again on another port, twice at most.
 
     Raises:
         ProxyUnavailable: it is not installed, exited, or did not say it
@@ -98,7 +114,6 @@ def start_proxy(directory: Path) -> Generator[Proxy]:
     """
     script = _executable()
     shutil.copytree(HERE, directory, dirs_exist_ok=True)
-    port = _free_port()
     key = "sk-proxy-canary-" + secrets.token_hex(16)
     log = directory / "requests.log"
     output = directory / "proxy.out"
@@ -111,6 +126,35 @@ def start_proxy(directory: Path) -> Generator[Proxy]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "NO_COLOR": "1",
     }
+    running = _launch_again(script, directory, env, output)
+    try:
+        yield Proxy(
+            base_url=f"http://127.0.0.1:{running.port}/v1",
+            key=key,
+            log=log,
+            output=output,
+        )
+    finally:
+        running.stop()
+
+
+def _launch_again(
+    script: Path, directory: Path, env: dict[str, str], output: Path, tries: int = 3
+) -> _Running:
+    for _ in range(tries - 1):
+        with contextlib.suppress(_Exited):
+            return _launch(script, directory, env, output)
+    return _launch(script, directory, env, output)
+
+
+class _Exited(ProxyUnavailable):
+    """The proxy exited while it started (it may start on another port)."""
+
+
+def _launch(
+    script: Path, directory: Path, env: dict[str, str], output: Path
+) -> _Running:
+    port = _free_port()
     command = [
         str(script),
         "--config",
@@ -123,47 +167,44 @@ def start_proxy(directory: Path) -> Generator[Proxy]:
         "1",
     ]
     ready = threading.Event()
-    with output.open("w", encoding="utf-8") as sink:
-        process = subprocess.Popen(
-            command,
-            cwd=directory,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+    sink = output.open("w", encoding="utf-8")
+    process = subprocess.Popen(
+        command,
+        cwd=directory,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
-        def watch() -> None:
-            assert process.stdout is not None
+    def watch() -> None:
+        assert process.stdout is not None
+        with sink:
             for line in process.stdout:
                 sink.write(line)
                 sink.flush()
                 if READY in line:
                     ready.set()
-            ready.set()  # it exited: wake the waiter, which checks why
+        ready.set()  # it exited: wake the waiter, which checks why
 
-        reader = threading.Thread(target=watch, daemon=True)
-        reader.start()
-        try:
-            if not ready.wait(STARTUP_SECONDS) or process.poll() is not None:
-                raise ProxyUnavailable(
-                    f"LiteLLM's proxy did not start within {STARTUP_SECONDS:g} s "
-                    f"(exit status {process.poll()}); its output: "
-                    + output.read_text(encoding="utf-8")[-2000:]
-                )
-            yield Proxy(
-                base_url=f"http://127.0.0.1:{port}/v1",
-                key=key,
-                log=log,
-                output=output,
-            )
-        finally:
-            _stop(process)
-            reader.join(timeout=10)
-            if process.stdout is not None:
-                process.stdout.close()
+    running = _Running(process, threading.Thread(target=watch, daemon=True), port)
+    running.reader.start()
+    started = ready.wait(STARTUP_SECONDS)
+    if started and process.poll() is None:
+        return running
+    running.stop()
+    said = output.read_text(encoding="utf-8")[-2000:]
+    if not started:
+        raise ProxyUnavailable(
+            f"LiteLLM's proxy did not start within {STARTUP_SECONDS:g} s; "
+            f"its output: {said}"
+        )
+    raise _Exited(
+        f"LiteLLM's proxy exited while starting (status {process.returncode}); "
+        f"its output: {said}"
+    )
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
