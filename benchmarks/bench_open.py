@@ -23,12 +23,13 @@ the model's first call; the same span for the peers), the median over
    thread of `CHECKPOINTS` checkpoints, against LangGraph's `SqliteSaver`
    (goal <= 1.5x): the first call (the span) and the median of later ones.
 
-Sizes: `make bench` (`BENCH_QUICK=1`) 1 and 2 on SQLite alone, 2 and 6
-turns (`BENCH_OPEN_BACKENDS` names others), leaving 3 and 4 to `make
-bench-all` (importing the peers costs seconds per process); `BENCH_FULL=1` 3, 330
-and 3,300 turns (~1k, 100k, 1M events), 100,000 items, 1,200 checkpoints;
-`BENCH_OPEN_TURNS` (comma-separated), `BENCH_OPEN_ITEMS`,
-`BENCH_OPEN_CHECKPOINTS`, `BENCH_OPEN_REPS` override them. PostgreSQL
+Sizes: by default (`make bench-all`) 3 and 33 turns, 10,000 items, 300
+checkpoints, 3 processes per figure; `BENCH_FULL=1` 3, 330 and 3,300 turns
+(~1k, 100k, 1M events), 100,000 items, 1,200 checkpoints; `make bench`
+(`BENCH_QUICK=1`) 1 and 2 only, on SQLite, 2 and 6 turns, one process per
+figure (importing the peers costs seconds per process). `BENCH_OPEN_TURNS`
+(comma-separated), `BENCH_OPEN_ITEMS`, `BENCH_OPEN_CHECKPOINTS`,
+`BENCH_OPEN_REPS` and `BENCH_OPEN_BACKENDS` override them. PostgreSQL
 (`TURNKEEP_BENCH_POSTGRES_DSN`, else the test DSN) is skipped with a message
 when no server answers.
 """
