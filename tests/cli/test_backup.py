@@ -11,20 +11,26 @@ empty folder is refused, nothing written.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import pytest
 from tests.cli.conftest import make_store
 from tests.cli.support import Store, cli, converse, one_line_error
+from tests.plugins.jsonl.helpers import meta, raws, turns
 
-from turnkeep.codec import EventCodec
+from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.events import SessionEvent, UserMessage
+from turnkeep.meta import SessionSummary
 from turnkeep.persistence import LoadedSession
+from turnkeep_jsonl import JsonlPersistence, OsFileOps
+from turnkeep_jsonl.names import LOG_SUFFIX, SIDECAR_SUFFIX
 
 FLUSHER = Path(__file__).parent / "_flusher.py"
 _TEXT = re.compile(r"f(\d+):(\d+)/(\d+)")
@@ -225,3 +231,77 @@ def test_backup_says_what_it_copied(
     else:
         assert f"backed up 1 sessions, {events} events" in result.stdout
         assert "turnkeep --store" in result.stdout
+
+
+class _WriteBetweenReads(OsFileOps):
+    """Runs `between` once: as a backup opens the second of a session's two
+    files (sidecar and log) for reading, whichever order it reads them in.
+
+    It forces the window a live backup's writer rarely hits: another
+    writer's flush lands (and its sidecar with it) between the two reads.
+    """
+
+    def __init__(self, between: Callable[[], None]) -> None:
+        self.between = between
+        self.armed = False
+        self.read: list[str] = []
+
+    def open(
+        self, path: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None
+    ) -> int:
+        kind = next((s for s in (SIDECAR_SUFFIX, LOG_SUFFIX) if path.endswith(s)), "")
+        reading = flags & os.O_ACCMODE == os.O_RDONLY
+        if self.armed and kind and reading and kind not in self.read:
+            self.read.append(kind)
+            if len(self.read) == 2:
+                self.armed = False
+                self.between()
+        return super().open(path, flags, mode, dir_fd=dir_fd)
+
+
+def test_a_jsonl_backup_never_pairs_an_old_log_with_a_newer_sidecar(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    flushes = turns(3, tag="backup")
+    asyncio.run(_back_up_while_another_writer_flushes(root, flushes))
+    copy = tmp_path / "copy"
+    assert cli("verify", "--all", store=Store("jsonl", copy)).exit_code == 0
+
+
+async def _back_up_while_another_writer_flushes(
+    root: Path, flushes: list[list[EventRecord]]
+) -> None:
+    writer = JsonlPersistence(root)
+    await writer.create(meta("s", title="before"))
+    for batch in flushes[:2]:
+        await writer.append("s", batch)
+    await writer.update("s", SessionSummary(title="before"))  # sidecar: flush 2
+    await writer.aclose()
+
+    async def another_writer() -> None:
+        other = JsonlPersistence(root)
+        try:
+            await other.claim("s")
+            await other.append("s", flushes[2])
+            await other.update("s", SessionSummary(title="after"))  # flush 3
+        finally:
+            await other.aclose()
+
+    ops = _WriteBetweenReads(lambda: asyncio.run(another_writer()))
+    backing_up = JsonlPersistence(root, ops=ops)
+    ops.armed = True
+    try:
+        report = await backing_up.backup(root.parent / "copy")
+    finally:
+        await backing_up.aclose()
+    assert len(ops.read) == 2, "the backup read no sidecar and log of the session"
+    assert report.skipped == []
+    assert (report.sessions, report.events) == (1, len(raws(flushes)))
+    copy = JsonlPersistence(root.parent / "copy")
+    try:
+        loaded = await copy.load("s")
+    finally:
+        await copy.aclose()
+    # The sidecar was read first (flush 2), the log after the third flush.
+    assert loaded.events == raws(flushes)

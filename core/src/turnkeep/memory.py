@@ -72,7 +72,10 @@ class MemoryStorage:
     owners: dict[str, _Ownership] = attrs.field(
         factory=dict[str, _Ownership], repr=False
     )
-    generations: dict[str, int] = attrs.field(factory=dict[str, int], repr=False)
+    generation: int = attrs.field(default=0, repr=False)
+    """The last writer generation handed out, over every session: one counter
+    for all, so a deleted session's id is kept nowhere (R19) and a new
+    session of that id still starts above any hold of the old one."""
     deleted: set[tuple[str, int]] = attrs.field(
         factory=set[tuple[str, int]], repr=False
     )
@@ -359,8 +362,8 @@ class MemoryPersistence:
             )
         if current is not None and current.owner == self._token:
             return
-        generation = self.storage.generations.get(session_id, 0) + 1
-        self.storage.generations[session_id] = generation
+        self.storage.generation += 1
+        generation = self.storage.generation
         owners[session_id] = _Ownership(owner=self._token, generation=generation)
         self._held[session_id] = generation
 

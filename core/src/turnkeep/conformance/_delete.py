@@ -90,7 +90,14 @@ class DeleteContract(BackendHarness):
         self.need("supports_byte_scan")
         marker = f"zq{uuid.uuid4().hex}"  # ASCII: the same bytes in any encoding
         kept, kept_written = await self.stored(backend, flushes=(4,))
-        meta = self.meta(title=f"title {marker}")
+        # Its id, cwd and creation time are its own too: a catalog that
+        # keeps a deleted session's header (a tombstone instead of a
+        # rewrite) shows them.
+        sid, cwd = f"del-{uuid.uuid4().hex}", f"/work/{uuid.uuid4().hex}"
+        meta = self.meta(sid, title=f"title {marker}", cwd=cwd)
+        created = meta.header.created_at + 777  # no clock tick ends in 777
+        header = msgspec.structs.replace(meta.header, created_at=created)
+        meta = msgspec.structs.replace(meta, header=header)
         await backend.create(meta)
         first = msgspec.structs.replace(
             meta.summary, first_prompt=f"prompt {marker}", status="idle"
@@ -111,16 +118,30 @@ class DeleteContract(BackendHarness):
             await other.append(meta.id, more)
             await other.release(meta.id)
             await backend.claim(meta.id)
-        assert await self.places_holding(marker), (
-            "stored_bytes() does not show the session's text even before the "
-            "delete, so it cannot prove the delete removed it"
-        )
+        for needle in (marker, sid, cwd):
+            assert await self.places_holding(needle), (
+                f"stored_bytes() does not show {needle!r} even before the "
+                "delete, so it cannot prove the delete removed it"
+            )
+        # A plain delete records nothing (`turnkeep.auditing.delete_recorded`
+        # would keep the id in the store's deletion log, by design): nothing
+        # of the session may stay anywhere.
         await backend.delete(meta.id)
         left = await self.places_holding(marker)
         assert left == [], (
             f"the deleted session's title, first prompt or events are still "
             f"in the store, in: {', '.join(left)}"
         )
+        for what, needle in (
+            ("id", sid),
+            ("cwd", cwd),
+            ("created_at", str(created)),
+        ):
+            left = await self.places_holding(needle)
+            assert left == [], (
+                f"the deleted session's {what} ({needle}) is still in the "
+                f"store, in: {', '.join(left)}"
+            )
         assert (await backend.load(kept.id)).events == self.raws(kept_written)
         assert [m.id for m in (await backend.list()).items] == [kept.id]
 
