@@ -41,6 +41,7 @@ __all__ = [
     "ProblemKind",
     "PruneReport",
     "SessionMaintenance",
+    "StoreCheck",
     "TailReport",
     "VerifyReport",
     "prune",
@@ -150,6 +151,20 @@ class SessionMaintenance(Protocol):
 def supports_maintenance(backend: object) -> bool:
     """Whether `backend` implements `SessionMaintenance`."""
     return isinstance(backend, SessionMaintenance)
+
+
+@runtime_checkable
+class StoreCheck(Protocol):
+    """Optional backend method: what is wrong with the store, not one session."""
+
+    async def store_problems(self) -> list[str]:
+        """Describe each problem of the store as a whole (none: `[]`). Read-only.
+
+        `turnkeep verify` reports them beside the sessions' problems: for
+        SQLite, schema objects turnkeep did not create (a planted trigger
+        runs on every write; a planted table can keep what `delete` removed).
+        """
+        ...
 
 
 async def verify_session(

@@ -42,6 +42,7 @@ from turnkeep.host import Host
 from turnkeep.ids import validate_session_id
 from turnkeep.maintenance import (
     SessionMaintenance,
+    StoreCheck,
     TailReport,
     VerifyReport,
     supports_maintenance,
@@ -87,6 +88,7 @@ def _need_selection(ids: Sequence[str], every: bool) -> None:
 class _Verified(msgspec.Struct, frozen=True, kw_only=True):
     sessions: list[VerifyReport]
     problems: int
+    store: list[str] = msgspec.field(default_factory=list[str])
 
 
 @click.command(
@@ -121,14 +123,28 @@ def verify(session_ids: tuple[str, ...], every: bool, as_json: bool) -> None:
                 reports.append(report)
                 if not as_json:
                     _print_report(report)
-        problems = sum(len(r.problems) for r in reports)
+            store_problems = (
+                await store.backend.store_problems()
+                if isinstance(store.backend, StoreCheck)
+                else []
+            )
+        problems = sum(len(r.problems) for r in reports) + len(store_problems)
         if as_json:
-            emit_json(_Verified(sessions=reports, problems=problems))
+            emit_json(
+                _Verified(sessions=reports, problems=problems, store=store_problems)
+            )
         else:
+            for problem in store_problems:
+                click.echo(f"PROBLEM  (store)  {one_line(clean(problem))}")
             bad = sum(1 for r in reports if not r.ok)
             click.echo(
                 f"{len(reports)} session(s) checked: "
                 + (f"{bad} with {problems} problem(s)" if bad else "no problems")
+                + (
+                    f"; the store has {len(store_problems)} problem(s)"
+                    if store_problems
+                    else ""
+                )
             )
         return EXIT_PROBLEMS if problems else 0
 

@@ -44,7 +44,7 @@ from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionSummary
 from turnkeep.persistence import LoadedSession, SessionPage, check_read_range
 from turnkeep.salvage import IntactLog
-from turnkeep_sqlite import audit, cancel, follow, reads, writes
+from turnkeep_sqlite import audit, cancel, follow, objects, reads, writes
 from turnkeep_sqlite.backup import backup_into, make_target
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import (
@@ -284,6 +284,14 @@ class SqlitePersistence:
         return await self._read(
             lambda conn: reads.list_page(conn, limit, cursor, where)
         )
+
+    async def store_problems(self) -> list[str]:
+        """Schema objects turnkeep did not create (see `StoreCheck`)."""
+        found = await self._read(objects.foreign_objects)
+        return [
+            f"{line} in {self.path} was not created by turnkeep"
+            for line in objects.describe(found)
+        ]
 
     async def has(self, session_id: str) -> bool:
         """Whether the session is stored (has at least one durable flush)."""

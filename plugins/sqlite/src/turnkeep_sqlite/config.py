@@ -52,6 +52,8 @@ class SqliteConfig:
         allow_network_filesystem: accept a database on NFS/SMB and similar,
             where SQLite's locking and WAL are unreliable. Not recommended;
             use the PostgreSQL backend to share sessions across machines.
+        allow_foreign_triggers: open a database holding triggers turnkeep
+            did not create (refused by default: they run on every write).
         max_event_bytes: the largest stored event accepted by `append` and
             read back by `load`; larger stored values make `load` fail with
             `SessionCorruptError` instead of allocating them.
@@ -65,6 +67,7 @@ class SqliteConfig:
     synchronous: Synchronous = "FULL"
     allow_non_durable: bool = False
     allow_network_filesystem: bool = False
+    allow_foreign_triggers: bool = False
     max_event_bytes: int = attrs.field(
         default=DEFAULT_MAX_EVENT_BYTES, validator=positive
     )

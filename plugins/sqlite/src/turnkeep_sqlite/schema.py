@@ -29,6 +29,7 @@ from turnkeep.backendkit import is_turn_end_type, newer_schema
 from turnkeep.errors import ConfigurationError, StorageError, UnsupportedFormatError
 from turnkeep_sqlite.config import SqliteConfig
 from turnkeep_sqlite.files import read_header
+from turnkeep_sqlite.objects import refuse_foreign_triggers
 from turnkeep_sqlite.sqlerrors import is_busy, primary_code, storage_error
 
 __all__ = [
@@ -398,7 +399,8 @@ def connect_writer(
         UnsupportedFormatError: the database is of a newer schema, or this
             SQLite cannot keep the current one (`require_sqlite`).
         ConfigurationError: the settings cannot be made durable.
-        StorageError: SQLite failed, or the file is not turnkeep's.
+        StorageError: SQLite failed, the file is not turnkeep's, or it holds
+            triggers turnkeep did not create (`turnkeep_sqlite.objects`).
     """
     path = config.path
     deadline = time.monotonic() + config.busy_timeout_ms / 1000
@@ -419,6 +421,7 @@ def connect_writer(
         conn.execute("PRAGMA checkpoint_fullfsync = ON")
         retry_busy(lambda: _migrate(conn, path, pid=pid), deadline=deadline, path=path)
         require_sqlite(conn)  # a file at version 6 already: its writes need JSON
+        refuse_foreign_triggers(conn, path, allow=config.allow_foreign_triggers)
     except sqlite3.Error as exc:
         conn.close()
         raise storage_error(exc, "opening", path) from exc
