@@ -31,7 +31,7 @@ sys.path.insert(0, str(TESTS))
 
 import msgspec  # noqa: E402
 
-from plugins.jsonl.helpers import meta, turn  # noqa: E402
+from plugins.jsonl.helpers import MIB, huge_turn, meta, turn  # noqa: E402
 from support.faultyops import NoSyncFileOps  # noqa: E402
 from turnkeep.errors import (  # noqa: E402
     FlushOutcomeUnknownError,
@@ -76,6 +76,29 @@ for _name in (
     "fchmod fstat stat flock listdir seek_data".split()
 ):
     setattr(PausingFileOps, _name, _pausing(_name))
+
+
+class TearingFileOps(NoSyncFileOps):
+    """Dies (SIGKILL) in the middle of its `at`-th write of 1 MiB or more.
+
+    Only the first `keep` bytes of that write reach the file (the pages a
+    kernel had copied when the kill came); then the process is killed.
+    """
+
+    def __init__(self, at: int, keep: int) -> None:
+        self.at = at
+        self.keep = keep
+        self.large = 0
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        """Write, unless this is the write to tear."""
+        if len(data) >= MIB:
+            self.large += 1
+            if self.large == self.at:
+                keep = min(self.keep, len(data) - 1)
+                os.pwrite(fd, data[:keep], offset)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return os.pwrite(fd, data, offset)
 
 
 def ops_for(cmd: dict[str, Any]) -> FileOps:
@@ -144,6 +167,26 @@ async def writer(cmd: dict[str, Any]) -> None:
             await backend.update(session, meta(session, title=f"t{index}").summary)
     if cmd.get("release", True):
         await backend.aclose()
+
+
+async def huge_writer(cmd: dict[str, Any]) -> None:
+    """Plan item 5: write `turns` turns with replies of 1-8 MiB, acking each.
+
+    With `tear_at`/`keep`, the process kills itself in the middle of its
+    `tear_at`-th large write (`TearingFileOps`); without, the test kills it.
+    """
+    ops: FileOps = NoSyncFileOps()
+    if cmd.get("tear_at"):
+        ops = TearingFileOps(cmd["tear_at"], cmd["keep"])
+    backend = JsonlPersistence(cmd["store"], ops=ops)
+    await backend.create(meta("s"))
+    seq = 0
+    for index in range(cmd["turns"]):
+        batch = huge_turn(seq, index, seed=cmd["seed"])
+        await backend.append("s", batch)
+        seq += len(batch)
+        ack(cmd["acks"], index + 1)
+    await backend.aclose()
 
 
 async def stealer(cmd: dict[str, Any]) -> None:
@@ -260,6 +303,7 @@ async def protocol(cmd: dict[str, Any]) -> None:
 
 ROLES = {
     "writer": writer,
+    "huge_writer": huge_writer,
     "stealer": stealer,
     "racer": racer,
     "forker": forker,

@@ -87,6 +87,33 @@ def turn(
     return [CODEC.record(e) for e in events]
 
 
+MIB = 1 << 20
+
+
+@functools.lru_cache(maxsize=64)
+def huge_turn(seq0: int, index: int, *, seed: object = 0) -> list[EventRecord]:
+    """Turn `index` of plan item 5's workload: a reply of 1 to 8 MiB.
+
+    A short user message, the large reply, the turn's end. Cached: treat the
+    list as read-only.
+    """
+    rnd = random.Random(f"huge:{seed}:{index}")
+    size = rnd.randint(MIB, 8 * MIB)
+    time = T0 + seq0 * 10
+    events: list[SessionEvent] = [
+        UserMessage(seq=seq0, time=time, data=UserMessageData(text=f"#{index}")),
+        AssistantMessage(
+            seq=seq0 + 1,
+            time=time,
+            data=AssistantMessageData(text=f"#{index}|" + "abxy"[index % 4] * size),
+        ),
+        TurnEnd(
+            seq=seq0 + 2, time=time, data=TurnEndData(turn=index, status="completed")
+        ),
+    ]
+    return [CODEC.record(e) for e in events]
+
+
 def turns(
     count: int, *, seed: object = 0, big: bool = False, tag: str = "", span: int = 300
 ) -> list[list[EventRecord]]:
