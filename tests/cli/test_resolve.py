@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 from tests.cli.support import Store, cli, one_line_error
 from tests.loop.test_effects import blocked_log, model_for_turn_3
 
@@ -88,3 +89,39 @@ def test_resolve_not_done_names_this_user_by_default(store: Store) -> None:
     [resolved] = [e for e in decoded(store) if isinstance(e, EffectResolved)]
     assert resolved.data.outcome == "not_done"
     assert " pid " in resolved.data.by
+
+
+def test_done_and_not_done_together_are_refused_and_record_nothing(
+    store: Store,
+) -> None:
+    _finished, cut = asyncio.run(store_blocked(store))
+    for flags in (("--done", "--not-done"), ("--not-done", "--done")):
+        both = cli("resolve", "s", cut, *flags, store=store)
+        assert both.exit_code == 2
+        assert "--done and --not-done are mutually exclusive" in both.stderr
+    assert not [e for e in decoded(store) if isinstance(e, EffectResolved)]
+    assert asyncio.run(next_turn(store)) == "blocked"
+
+
+def test_show_marks_a_blocked_session_and_names_the_command(store: Store) -> None:
+    _finished, cut = asyncio.run(store_blocked(store))
+    resolve = f"turnkeep resolve s {cut} --done|--not-done"
+
+    def blocked() -> list[dict[str, str]]:
+        shown = cli("show", "s", "--json", store=store)
+        assert shown.exit_code == 0, shown.stderr
+        return msgspec.json.decode(shown.stdout)["blocked_calls"]
+
+    # Cut off by the crash, before and after `recover` closes the turn.
+    assert blocked() == [{"call_id": cut, "tool": "act", "resolve": resolve}]
+    recovered = cli("recover", "s", store=store)
+    assert recovered.exit_code == 0
+    assert f"BLOCKED: call {cut} may have taken effect" in recovered.stdout
+    assert resolve in " ".join(recovered.stdout.split())
+    assert blocked() == [{"call_id": cut, "tool": "act", "resolve": resolve}]
+    text = cli("show", "s", store=store).stdout
+    assert f"BLOCKED  call {cut} (act)" in text
+    assert resolve in " ".join(text.split())
+    assert cli("resolve", "s", cut, "--not-done", store=store).exit_code == 0
+    assert blocked() == []
+    assert "BLOCKED" not in cli("show", "s", store=store).stdout

@@ -65,6 +65,7 @@ __all__ = [
     "RECONCILED_BY",
     "Reconciler",
     "UnknownCall",
+    "blocking_calls",
     "recover_or_let_go",
     "refuse_if_blocked",
     "resolve_effect",
@@ -235,6 +236,26 @@ def unknown_calls(session: Session) -> list[UnknownCall]:
         scan = _scans[session] = _Scan()  # another log than the one read
     scan.extend(log)
     return list(scan.unknown.values())
+
+
+def blocking_calls(events: Sequence[SessionEvent]) -> list[UnknownCall]:
+    """The calls that block a session's next turn, read from its log alone.
+
+    Those recorded as interrupted and not resolved, then those a crash left
+    without a result (the open turn's), which recovery will record as
+    interrupted unless a `reconcile_effect` hook settles them. For readers
+    of a stored log (`turnkeep show`, the service) that hold no `Session`.
+    """
+    scan = _Scan()
+    scan.extend(events)
+    pending = [
+        UnknownCall(call_id, call.data.name, blocks=True)
+        for call_id, call in scan.calls.items()
+        if call_id not in scan.answered
+        and call.data.replay != "safe"
+        and call.data.on_unknown == "block"
+    ]
+    return [c for c in scan.unknown.values() if c.blocks] + pending
 
 
 def refuse_if_blocked(session: Session) -> None:

@@ -300,6 +300,7 @@ class _Recovered(msgspec.Struct, frozen=True, kw_only=True):
     interrupted: list[str]
     safe_not_rerun: list[str]
     names: dict[str, str] = msgspec.field(default_factory=dict[str, str])
+    blocked: list[str] = msgspec.field(default_factory=list[str])
     error: str | None = None
 
 
@@ -393,6 +394,7 @@ async def _recover_one(
         interrupted=list(report.interrupted),
         safe_not_rerun=[c for c in report.interrupted if c in safe],
         names=dict(report.names),
+        blocked=list(report.settled.blocked),
     )
 
 
@@ -416,6 +418,12 @@ def _print_recovered(done: _Recovered) -> None:
     click.echo("  the turn was closed as interrupted")
     if done.safe_not_rerun:
         click.echo(f"  {SAFE_NOTE}")
+    for call_id in done.blocked:
+        click.echo(
+            f"  BLOCKED: call {clean(call_id)} may have taken effect, so the session "
+            "takes no new turn until someone says whether it did: "
+            f"turnkeep resolve {sid} {clean(call_id)} --done|--not-done"
+        )
 
 
 def register(group: click.Group) -> None:

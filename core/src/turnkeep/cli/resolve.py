@@ -28,11 +28,15 @@ __all__ = ["register", "resolve"]
 )
 @click.argument("session_id", metavar="ID")
 @click.argument("call_id", metavar="CALL")
+# Two flags rather than click's `--done/--not-done` pair, with which the
+# last one given wins: giving both must be refused, since the answer is
+# recorded for good.
+@click.option("--done", "said_done", is_flag=True, help="The call took effect.")
 @click.option(
-    "--done/--not-done",
-    "done",
-    default=None,
-    help="The call took effect / did not (then the model may make it again).",
+    "--not-done",
+    "said_not_done",
+    is_flag=True,
+    help="The call did not take effect (the model may make it again).",
 )
 @click.option("--result", help="With --done: what the model is told it returned.")
 @click.option("--reason", default="", help="Why you know (recorded).")
@@ -41,7 +45,8 @@ __all__ = ["register", "resolve"]
 def resolve(
     session_id: str,
     call_id: str,
-    done: bool | None,
+    said_done: bool,
+    said_not_done: bool,
     result: str | None,
     reason: str,
     by: str | None,
@@ -52,8 +57,13 @@ def resolve(
     recover` does. Refused, changing nothing, when the session has no such
     call or its outcome is not unknown.
     """
-    if done is None:
+    if said_done and said_not_done:
+        raise click.UsageError(
+            "--done and --not-done are mutually exclusive; give one of them"
+        )
+    if not (said_done or said_not_done):
         raise click.UsageError("say --done or --not-done")
+    done = said_done
     if result is not None and not done:
         raise click.UsageError("--result goes with --done only")
 

@@ -14,13 +14,16 @@ process: whatever becomes durable shows up once.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
+from collections.abc import Sequence
 
 import click
 import msgspec
 from rich.console import Console
 from rich.text import Text
 
+from turnkeep.agent.effects import blocking_calls
 from turnkeep.agent.messages import Message, derive_messages
 from turnkeep.agent.recovery import open_turn
 from turnkeep.agent.usage import UsageTotals, total_usage
@@ -36,6 +39,7 @@ from turnkeep.cli.sessions import SessionRow, row
 from turnkeep.cli.transcript import event_line, render_entries, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
+from turnkeep.events import SessionEvent
 from turnkeep.follow import has_commit_waiter, poll_for_commit, wait_for_commit
 from turnkeep.ids import validate_session_id
 from turnkeep.listing import with_liveness
@@ -49,12 +53,32 @@ _WAIT = 5.0
 """Seconds per wait for a commit (then the session is looked at anew)."""
 
 
+class _Blocked(msgspec.Struct, frozen=True, kw_only=True):
+    call_id: str
+    tool: str
+    resolve: str
+    """The command that unblocks the session (with `--done` or `--not-done`)."""
+
+
 class _Shown(msgspec.Struct, frozen=True, kw_only=True):
     session: SessionRow
     messages: list[Message]
     open_turn: int | None
     interrupted_calls: list[str]
+    blocked_calls: list[_Blocked]
     usage: UsageTotals
+
+
+def _blocked(session_id: str, events: Sequence[SessionEvent]) -> list[_Blocked]:
+    return [
+        _Blocked(
+            call_id=c.call_id,
+            tool=c.name,
+            resolve=shlex.join(["turnkeep", "resolve", session_id, c.call_id])
+            + " --done|--not-done",
+        )
+        for c in blocking_calls(events)
+    ]
 
 
 @click.command(
@@ -107,6 +131,7 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
             emit_json(derive_messages(events))
             return 0
         cut = open_turn(events)
+        blocked = _blocked(session_id, events)
         if as_json:
             emit_json(
                 _Shown(
@@ -116,12 +141,22 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
                     interrupted_calls=[c.data.call_id for c in cut.unanswered]
                     if cut is not None
                     else [],
+                    blocked_calls=blocked,
                     usage=total_usage(events),
                 )
             )
             return 0
         out = console()
         _header(out, loaded, total_usage(events))
+        for call in blocked:
+            out.print(
+                Text(
+                    f"BLOCKED  call {clean(call.call_id)} ({clean(call.tool)}): its "
+                    f"outcome is unknown and the session takes no new turn until "
+                    f"someone says; {clean(call.resolve)}",
+                    "bold red",
+                )
+            )
         if entries is not None:
             render_entries(entries, out, full=full)
         else:
