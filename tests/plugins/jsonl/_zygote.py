@@ -38,6 +38,7 @@ from turnkeep.errors import (  # noqa: E402
     SessionExistsError,
     SessionFencedError,
     SessionLockedError,
+    SessionNotFoundError,
     TurnkeepError,
 )
 from turnkeep_jsonl import FileOps, JsonlPersistence, OsFileOps  # noqa: E402
@@ -189,6 +190,37 @@ async def huge_writer(cmd: dict[str, Any]) -> None:
     await backend.aclose()
 
 
+async def reader(cmd: dict[str, Any]) -> None:
+    """Plan item 6: load session `s` in a loop while a writer appends to it.
+
+    Each load must be whole flushes of the writer's workload and hold at
+    least the flushes acknowledged before it began. Stops once it loaded
+    the whole workload (`turns` flushes) and made at least `loads` loads;
+    writes how many loads it made to `cmd["result"]`.
+    """
+    from plugins.jsonl.zygote_client import acks, flushes_in, workload
+
+    backend = JsonlPersistence(cmd["store"], ops=NoSyncFileOps())
+    batches = workload(cmd["turns"], seed=cmd["seed"])
+    loads = 0
+    while True:
+        acked = len(acks(Path(cmd["acks"])))
+        try:
+            loaded = await backend.load("s")
+        except SessionNotFoundError:
+            if acked:
+                raise
+            continue  # not created yet
+        count = flushes_in(loaded.events, batches)
+        if count < acked:
+            raise AssertionError(f"load held {count} flushes, {acked} were acked")
+        loads += 1
+        if count == cmd["turns"] and loads >= cmd.get("loads", 1):
+            break
+    note(cmd["result"], str(loads))
+    await backend.aclose()
+
+
 async def stealer(cmd: dict[str, Any]) -> None:
     """Take a session over (steal, or remove its lock file) and write turns."""
     if cmd.get("unlink_lock"):
@@ -304,6 +336,7 @@ async def protocol(cmd: dict[str, Any]) -> None:
 ROLES = {
     "writer": writer,
     "huge_writer": huge_writer,
+    "reader": reader,
     "stealer": stealer,
     "racer": racer,
     "forker": forker,
