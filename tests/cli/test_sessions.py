@@ -178,6 +178,22 @@ def test_ls_shows_stored_text_without_terminal_escapes(store: Store) -> None:
     assert "s\\x1b[2Jx" in result.stdout
 
 
+def test_an_id_with_line_breaks_or_tabs_cannot_fake_a_row(store: Store) -> None:
+    forged = "s\nghost\tx\r\u2028y"
+    asyncio.run(converse(store, forged, prompts=("hi",)))
+    listed = cli("ls", store=store)
+    assert listed.exit_code == 0, listed.stderr
+    rows = [line for line in listed.stdout.splitlines() if line.strip()]
+    assert len(rows) == 2, listed.stdout  # the header and one session
+    assert "s\\x0aghost\\x09x\\x0d\\x2028y" in rows[1]
+    shown = cli("show", forged, store=store)
+    assert shown.exit_code == 0, shown.stderr
+    (header,) = [line for line in shown.stdout.splitlines() if "ghost" in line]
+    assert header.startswith("session  s\\x0aghost")
+    titled = cli("title", forged, "t", store=store)
+    assert titled.stdout.count("\n") == 1
+
+
 def test_title_changes_the_summary_only(store: Store) -> None:
     asyncio.run(converse(store, "s", prompts=("hi",)))
     before = asyncio.run(store.load("s"))

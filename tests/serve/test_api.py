@@ -6,6 +6,8 @@ service reads them through another, as it would from another process.
 
 from __future__ import annotations
 
+from html import escape
+
 import msgspec
 import pytest
 from tests.cli.support import Store, converse
@@ -15,6 +17,7 @@ from turnkeep.agent.messages import derive_messages, encode_messages
 from turnkeep.auditing import note
 from turnkeep.codec import EventCodec
 from turnkeep.errors import StorageError
+from turnkeep.serve.paths import url_id
 
 pytestmark = pytest.mark.asyncio
 
@@ -276,3 +279,38 @@ async def test_pages_escape_stored_text_and_load_nothing_from_elsewhere(
         missing = await client.get("/static/other.js")
         assert missing.status_code == 404
         assert missing.json()["code"] == "not-found"
+
+
+ODD_IDS = ("a/b", ".", "..", "~x", "sp ace", "caf\u00e9", "a%2Fb", "-dash")
+
+
+async def test_every_stored_id_is_reachable_over_http(
+    sqlite_store: Store, served: Served
+) -> None:
+    for session_id in ODD_IDS:
+        await converse(sqlite_store, session_id, prompts=("hi",))
+    async with served(sqlite_store) as client:
+        listed = (await client.get("/sessions")).json()
+        assert sorted(s["id"] for s in listed["items"]) == sorted(ODD_IDS)
+        index = (await client.get("/")).text
+        for session_id in ODD_IDS:
+            segment = url_id(session_id)
+            assert "/" not in segment
+            assert segment not in (".", "..")
+            assert f'href="/view/{escape(segment)}"' in index
+            detail = await client.get(f"/sessions/{segment}")
+            assert detail.status_code == 200, (session_id, detail.text)
+            assert detail.json()["session"]["id"] == session_id
+            events = await client.get(f"/sessions/{segment}/events")
+            assert events.json()["events"][0]["type"] == "turn/start"
+            page = await client.get(f"/view/{segment}")
+            assert page.status_code == 200
+            assert f'data-path="{escape(segment)}"' in page.text
+        assert url_id("-dash") == "-dash"  # plain ids stay as they are
+        assert url_id("a/b") == "~YS9i"
+        bad = await client.get("/sessions/~not*base64")
+        assert bad.status_code == 400
+        assert bad.json()["code"] == "invalid-session-id"
+        gone = await client.get(f"/sessions/{url_id('x/y')}")
+        assert gone.status_code == 404
+        assert gone.json()["session_id"] == "x/y"

@@ -44,7 +44,7 @@ def test_an_address_not_on_this_machine_is_one_line(
 ) -> None:
     monkeypatch.setenv("TURNKEEP_SERVE__TOKEN", "a-token-for-a-public-address")
     # 192.0.2.1 is TEST-NET-1 (RFC 5737): never this machine's address.
-    result = cli("--store", "memory", "serve", "--host", "192.0.2.1")
+    result = cli("--store", "memory", "serve", "--host", "192.0.2.1", "--behind-proxy")
     assert result.exit_code == EXIT_BIND
     assert "cannot serve on 192.0.2.1 port 8765" in one_line_error(result)
     assert "serving" not in result.stderr

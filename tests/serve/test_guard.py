@@ -197,7 +197,24 @@ def test_binding_beyond_loopback_needs_a_token() -> None:
         check_bind(config(host="0.0.0.0"))  # noqa: S104 - the refusal is tested
     with pytest.raises(ConfigurationError, match="without a token"):
         check_bind(config(host="example.org"))
-    check_bind(config(host="0.0.0.0", token=TOKEN))  # noqa: S104
+    check_bind(config(host="0.0.0.0", token=TOKEN, behind_proxy=True))  # noqa: S104
+
+
+def test_binding_beyond_loopback_needs_a_reverse_proxy(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow clients would hold uvicorn's connections: a proxy must bound them."""
+    for host in ("0.0.0.0", "192.0.2.7", "example.org"):  # noqa: S104
+        with pytest.raises(ConfigurationError, match="--behind-proxy"):
+            check_bind(config(host=host, token=TOKEN))
+        check_bind(config(host=host, token=TOKEN, behind_proxy=True))
+    check_bind(config(host="127.0.0.1", token=TOKEN))  # loopback needs none
+    monkeypatch.setenv("TURNKEEP_SERVE__TOKEN", TOKEN)
+    refused = cli("serve", "--host", "0.0.0.0", store=sqlite_store)  # noqa: S104
+    assert refused.exit_code != 0
+    assert "What the proxy must enforce" in refused.stderr
+    loaded = load_config(env={"TURNKEEP_SERVE__BEHIND_PROXY": "true"})
+    assert loaded.serve.behind_proxy is True
 
 
 def test_serve_settings_come_from_files_and_the_environment(

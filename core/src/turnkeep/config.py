@@ -117,11 +117,8 @@ def _check_status(value: object) -> None:
         )
 
 
-_SERVE_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,40}")
-
-
-def _check_serve_name(value: str | None) -> None:
-    if value is not None and not _SERVE_NAME.fullmatch(value):
+def _check_serve_name(_i: object, _a: object, value: str | None) -> None:
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", value):
         raise ConfigurationError(
             f"serve name must be 1 to 40 letters, digits, '-' or '_', got {value!r}"
         )
@@ -138,7 +135,7 @@ class ServeConfig:
             one). Prefer the environment (`TURNKEEP_SERVE__TOKEN`) to a file.
         open_reads: serve the read endpoints and the page without a token.
         host: the address to bind; another than 127.0.0.1/::1/localhost
-            needs a token.
+            needs a token and `behind_proxy`.
         port: the TCP port.
         max_page: the largest `limit` a list or events request may ask for.
         max_body: the largest request body in bytes.
@@ -158,6 +155,8 @@ class ServeConfig:
             runs (`"60s"`; unset: only on `POST /recover`).
         prune_every: apply the `[retention]` policy this often while the
             service runs (`"1h"`; unset: never; set, it needs a policy).
+        behind_proxy: a reverse proxy in front bounds connections and slow
+            requests (`docs/serve.md`); needed to bind beyond loopback.
     """
 
     token: str | None = None
@@ -171,9 +170,7 @@ class ServeConfig:
     streams_per_client: int = attrs.field(default=16, validator=positive)
     max_streams: int = attrs.field(default=1024, validator=positive)
     trusted_proxies: tuple[str, ...] = ()
-    name: str | None = attrs.field(
-        default=None, validator=lambda _i, _a, v: _check_serve_name(v)
-    )
+    name: str | None = attrs.field(default=None, validator=_check_serve_name)
     login_lifetime: timedelta = attrs.field(
         default=timedelta(hours=12), converter=parse_duration
     )
@@ -183,6 +180,7 @@ class ServeConfig:
     prune_every: timedelta | None = attrs.field(
         default=None, converter=lambda v: _optional_duration(v)
     )
+    behind_proxy: bool = False
 
 
 def _optional_duration(value: timedelta | str | None) -> timedelta | None:

@@ -12,7 +12,7 @@ import click
 
 from turnkeep.audit import AuditRecord, has_audit_log
 from turnkeep.auditing import read_trail
-from turnkeep.cli.output import clean, emit_json, format_time
+from turnkeep.cli.output import clean, clean_id, emit_json, format_time
 from turnkeep.cli.runtime import about, common_options, execute, fail, open_store
 from turnkeep.errors import SessionNotFoundError
 from turnkeep.ids import validate_session_id
@@ -76,7 +76,9 @@ def audit(session_id: str | None, as_json: bool) -> None:
 
 def _line(record: AuditRecord, *, whole_store: bool) -> str:
     where = f"{clean(record.host)} pid {record.pid}"
-    about_ = f" {clean(record.session_id)}" if whole_store and record.session_id else ""
+    about_ = (
+        f" {clean_id(record.session_id)}" if whole_store and record.session_id else ""
+    )
     detail = " ".join(f"{clean(k)}={clean(str(v))}" for k, v in record.detail.items())
     return (
         f"{format_time(record.at)}  {clean(record.action):<12}{about_}  {where}: "

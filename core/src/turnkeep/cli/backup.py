@@ -38,7 +38,7 @@ import msgspec
 from turnkeep.backup import BackupReport, SessionBackup, Skipped, supports_backup
 from turnkeep.cli.exchange import export_data
 from turnkeep.cli.files import private_dir, safe_folder, write_private
-from turnkeep.cli.output import clean, emit_json, format_size
+from turnkeep.cli.output import clean, clean_id, emit_json, format_size
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
     CliError,
@@ -268,7 +268,7 @@ async def _export_all(store: Opened, work: Path) -> BackupReport:
 def _print(report: BackupReport) -> None:
     for item in report.skipped:
         click.echo(
-            f"skipped  {clean(item.session_id)}: {one_line(clean(item.reason))}",
+            f"skipped  {clean_id(item.session_id)}: {one_line(clean(item.reason))}",
             err=True,
         )
     click.echo(

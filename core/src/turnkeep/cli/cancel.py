@@ -19,7 +19,7 @@ from typing import Final
 import click
 
 from turnkeep.cancelrequest import ask_to_cancel, cancel_requests
-from turnkeep.cli.output import clean, confirm
+from turnkeep.cli.output import clean_id, confirm
 from turnkeep.cli.runtime import about, common_options, execute, open_store
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError
@@ -102,7 +102,7 @@ async def _cancel(
         raise SessionNotFoundError(f"no stored session {session_id!r}")
     before = await last_durable_seq(backend, session_id)
     await confirm(
-        f"Cancel the running turn of session {clean(session_id)}? What its "
+        f"Cancel the running turn of session {clean_id(session_id)}? What its "
         "tools were doing is interrupted.",
         yes=yes,
         nothing_done="nothing was requested",
@@ -110,17 +110,17 @@ async def _cancel(
     answer = await ask_to_cancel(backend, session_id, reason, name=name)
     if answer.request is None:
         click.echo(
-            f"no live process holds {clean(session_id)}: no turn is running; "
+            f"no live process holds {clean_id(session_id)}: no turn is running; "
             "nothing was requested"
         )
         return EXIT_NOT_RUNNING
     click.echo(
-        f"cancel requested ({clean(session_id)}, request {answer.request.number})"
+        f"cancel requested ({clean_id(session_id)}, request {answer.request.number})"
     )
     status = await _turn_end(backend, codec, session_id, before, wait)
     if status is None:
         click.echo(
-            f"no turn of {clean(session_id)} ended within {wait:g} s; the request "
+            f"no turn of {clean_id(session_id)} ended within {wait:g} s; the request "
             "stays recorded for the turn running now"
         )
         return EXIT_NOT_ENDED

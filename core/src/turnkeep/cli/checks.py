@@ -25,7 +25,7 @@ from turnkeep.agent.loop import AgentLoop
 from turnkeep.agent.models import ModelInfo, ModelOutput, ModelRequest
 from turnkeep.agent.recovery import RecoveryReport, open_turn
 from turnkeep.auditing import note
-from turnkeep.cli.output import clean, confirm, emit_json
+from turnkeep.cli.output import clean, clean_id, confirm, emit_json
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
     CliError,
@@ -152,7 +152,7 @@ def verify(session_ids: tuple[str, ...], every: bool, as_json: bool) -> None:
 
 
 def _print_report(report: VerifyReport) -> None:
-    sid = clean(report.session_id)
+    sid = clean_id(report.session_id)
     if report.ok:
         click.echo(f"ok       {sid}  ({report.events} events)")
     for problem in report.problems:
@@ -233,12 +233,12 @@ def repair(
             if tail is None:
                 return _nothing(
                     as_json,
-                    f"nothing to repair: {clean(session_id)} ends on an "
+                    f"nothing to repair: {clean_id(session_id)} ends on an "
                     "acknowledged flush",
                 )
             if not yes:
                 click.echo(
-                    f"{clean(session_id)}: {_tail_text(tail)} would be cut", err=True
+                    f"{clean_id(session_id)}: {_tail_text(tail)} would be cut", err=True
                 )
             await confirm(
                 "Quarantine and cut it? Acknowledged events are not touched.",
@@ -263,7 +263,7 @@ def repair(
         else:
             click.echo(
                 f"cut {cut.length} bytes at offset {cut.offset} from "
-                f"{clean(session_id)}; kept in {cut.quarantine}"
+                f"{clean_id(session_id)}; kept in {cut.quarantine}"
             )
         return 0
 
@@ -399,7 +399,7 @@ async def _recover_one(
 
 
 def _print_recovered(done: _Recovered) -> None:
-    sid = clean(done.session_id)
+    sid = clean_id(done.session_id)
     if done.error is not None:
         click.echo(f"turnkeep: {one_line(done.error)}", err=True)
         return
@@ -410,7 +410,7 @@ def _print_recovered(done: _Recovered) -> None:
     for call_id in done.interrupted:
         name = clean(done.names.get(call_id, "a tool"))
         click.echo(
-            f"  {name} (call {clean(call_id)}): its result was never saved; "
+            f"  {name} (call {clean_id(call_id)}): its result was never saved; "
             "recorded as interrupted, outcome unknown. It was NOT run again."
         )
     if not done.interrupted:

@@ -37,7 +37,7 @@ from turnkeep.cli.jsoninput import (
     read_items,
     read_records,
 )
-from turnkeep.cli.output import clean, emit_json
+from turnkeep.cli.output import clean_id, emit_json
 from turnkeep.cli.runtime import (
     Opened,
     about,
@@ -246,7 +246,8 @@ def import_(
         click.echo(target)
         skipped = ", ".join(f"{n} {what}" for what, n in sorted(plan.skipped.items()))
         click.echo(
-            f"imported {len(plan.steps)} events ({plan.format}) into {clean(target)}; "
+            f"imported {len(plan.steps)} events ({plan.format}) into "
+            f"{clean_id(target)}; "
             "user content marked untrusted, tool calls recorded, never run"
             + (f"; skipped {skipped}" if skipped else ""),
             err=True,

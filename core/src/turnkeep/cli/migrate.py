@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnkeep.cli.checks import stored_ids
-from turnkeep.cli.output import clean, console, emit_json_line
+from turnkeep.cli.output import clean, clean_id, console, emit_json_line
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
     StoreSpec,
@@ -194,7 +194,9 @@ async def _run(copier: _Copier, ids: Sequence[str], as_json: bool) -> list[Copie
         task = progress.add_task("migrating", total=len(ids), events=0)
         try:
             for session_id in ids:
-                progress.update(task, description=f"migrating {clean(session_id)[:40]}")
+                progress.update(
+                    task, description=f"migrating {clean_id(session_id)[:40]}"
+                )
                 result = await copier.copy(session_id)
                 results.append(result)
                 progress.update(task, advance=1, events=copier.events_copied)
@@ -339,7 +341,7 @@ def _print_checks(checks: list[Checked], source: StoreSpec, target: StoreSpec) -
             else f"{check.source_events} != {check.destination_events}"
         )
         table.add_row(
-            Text(clean(check.session_id)),
+            Text(clean_id(check.session_id)),
             count,
             check.sha256[:16],
             Text("ok", "green") if check.ok else Text("MISMATCH", "bold red"),

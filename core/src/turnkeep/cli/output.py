@@ -3,7 +3,8 @@
 Owns the rule that stored text never reaches a terminal raw: session ids,
 titles and messages are untrusted, so control characters (terminal escape
 sequences) and bidirectional overrides are shown escaped, and rich markup
-is never interpreted in them. JSON goes to stdout through msgspec, one
+is never interpreted in them; in ids, which are printed on one line, line
+breaks and tabs are escaped too. JSON goes to stdout through msgspec, one
 document (or one line per record) per command.
 """
 
@@ -24,6 +25,7 @@ from turnkeep.cli.runtime import CliError
 
 __all__ = [
     "clean",
+    "clean_id",
     "confirm",
     "console",
     "emit_json",
@@ -43,6 +45,21 @@ _encoder: Final = msgspec.json.Encoder()
 def clean(text: str) -> str:
     """`text` with control characters and direction overrides made visible."""
     return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+_UNSAFE_IN_LINE: Final = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def clean_id(text: str) -> str:
+    """A session or call id (one line) with every control character visible.
+
+    Unlike `clean`, tabs and line breaks are escaped too (a newline shows as
+    a backslash and `x0a`): an id that holds one would otherwise end its row
+    early and print a fake one.
+    """
+    return _UNSAFE_IN_LINE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def shorten(text: str, width: int) -> str:

@@ -14,7 +14,7 @@ import click
 from turnkeep.agent import AgentLoop
 from turnkeep.agent.effects import unknown_calls
 from turnkeep.cli.checks import CLI_AGENT_ID, NoModel
-from turnkeep.cli.output import clean
+from turnkeep.cli.output import clean, clean_id
 from turnkeep.cli.runtime import about, common_options, execute, open_store
 
 __all__ = ["register", "resolve"]
@@ -92,7 +92,7 @@ def resolve(
                     await loop.close()
         said = "took effect" if done else "did NOT take effect"
         click.echo(
-            f"{clean(session_id)}: call {clean(call_id)} {said} "
+            f"{clean_id(session_id)}: call {clean_id(call_id)} {said} "
             f"(recorded by {clean(event.data.by)})"
         )
         if left:

@@ -16,7 +16,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from turnkeep.cli.output import clean, confirm, console, emit_json, shorten
+from turnkeep.cli.output import clean, clean_id, confirm, console, emit_json, shorten
 from turnkeep.cli.runtime import (
     EXIT_PROBLEMS,
     common_options,
@@ -151,7 +151,7 @@ def _print_found(found: PruneReport, policy: RetentionPolicy, *, dry_run: bool) 
         table.add_column(name, no_wrap=name != "TITLE")
     for item in found.items:
         table.add_row(
-            Text(clean(item.session_id)),
+            Text(clean_id(item.session_id)),
             Text(shorten(item.title or "", 50), no_wrap=True, overflow="ellipsis"),
             format_age(item.age_ms),
             item.status,
@@ -177,7 +177,7 @@ def _print_done(done: PruneReport) -> None:
 
 
 def _line(item: PruneItem) -> str:
-    sid = clean(item.session_id)
+    sid = clean_id(item.session_id)
     if item.outcome == "deleted":
         return f"deleted  {sid}"
     if item.outcome == "held":

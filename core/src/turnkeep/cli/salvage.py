@@ -17,7 +17,7 @@ import click
 import msgspec
 
 from turnkeep.agent.recovery import open_turn
-from turnkeep.cli.output import clean, emit_json, shorten
+from turnkeep.cli.output import clean, clean_id, emit_json, shorten
 from turnkeep.cli.runtime import CliError, Opened, about, fail, one_line
 from turnkeep.clock import now_ms
 from turnkeep.ids import new_session_id, validate_session_id
@@ -132,8 +132,8 @@ async def salvage(
     else:
         click.echo(target)
     click.echo(
-        f"salvaged events 0..{len(got.events) - 1} of {clean(session_id)} into "
-        f"{clean(target)}; {describe_loss(got.damage)}. {clean(session_id)} "
+        f"salvaged events 0..{len(got.events) - 1} of {clean_id(session_id)} into "
+        f"{clean_id(target)}; {describe_loss(got.damage)}. {clean_id(session_id)} "
         "was left as it is" + (f" ({shorten(title, 40)!r})" if title else ""),
         err=True,
     )

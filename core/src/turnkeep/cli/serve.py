@@ -37,7 +37,7 @@ MISSING_SERVE: Final = (
     "  turnkeep --store sqlite:./s.db serve --port 9000\n"
     "  turnkeep serve --new-token                # print a strong token\n"
     "  turnkeep serve --recover-every 60s        # settle crashed turns\n"
-    "  TURNKEEP_SERVE__TOKEN=... turnkeep serve --host 0.0.0.0",
+    "  TURNKEEP_SERVE__TOKEN=... turnkeep serve --host 0.0.0.0 --behind-proxy",
 )
 @click.option("--host", "bind", metavar="ADDRESS", help="Address to bind [127.0.0.1].")
 @click.option("--port", type=click.IntRange(1, 65535), help="TCP port [8765].")
@@ -58,6 +58,13 @@ MISSING_SERVE: Final = (
     help="Apply the [retention] policy this often (1h) [serve.prune_every].",
 )
 @click.option(
+    "--behind-proxy",
+    is_flag=True,
+    default=None,
+    help="A reverse proxy bounds connections and slow requests in front of "
+    "this service (needed to bind other than loopback; docs/serve.md).",
+)
+@click.option(
     "--new-token",
     is_flag=True,
     help="Print a strong token for TURNKEEP_SERVE__TOKEN and exit.",
@@ -69,16 +76,18 @@ def serve(
     open_reads: bool | None,
     recover_every: str | None,
     prune_every: str | None,
+    behind_proxy: bool | None,
     new_token: bool,
 ) -> None:
     """Serve the store's sessions over HTTP: JSON, SSE and a web page.
 
     Shows committed events only. Writes (POST /recover) need the bearer
     token (TURNKEEP_SERVE__TOKEN or [serve] token), and so do reads unless
-    --open-reads. Binding an address other than loopback needs a token. A
-    token shorter than 22 characters is refused; --new-token prints one.
-    With --recover-every the service settles sessions a crash left inside
-    a turn on a timer; with --prune-every it applies [retention] on its own.
+    --open-reads. Binding an address other than loopback needs a token and
+    a reverse proxy in front (--behind-proxy). A token shorter than 22
+    characters is refused; --new-token prints one. With --recover-every
+    the service settles sessions a crash left inside a turn on a timer;
+    with --prune-every it applies [retention] on its own.
     """
     try:
         from turnkeep.serve.run import listen, serve as run, url
@@ -108,6 +117,8 @@ def serve(
                 changes["recover_every"] = recover_every
             if prune_every is not None:
                 changes["prune_every"] = prune_every
+            if behind_proxy is not None:
+                changes["behind_proxy"] = behind_proxy
             config = attrs.evolve(config, **changes)
             check_timers(store.host, config)
             try:

@@ -21,7 +21,7 @@ from rich.text import Text
 from turnkeep.agent.recovery import open_turn
 from turnkeep.auditing import delete_recorded
 from turnkeep.cli.output import (
-    clean,
+    clean_id,
     confirm,
     console,
     emit_json,
@@ -203,7 +203,7 @@ def _print_table(metas: list[SessionMeta], *, filtered: bool = False) -> None:
         summary = meta.summary
         title = summary.title or summary.first_prompt or ""
         table.add_row(
-            Text(clean(meta.id)),
+            Text(clean_id(meta.id)),
             Text(shorten(title, 60), no_wrap=True, overflow="ellipsis"),
             format_time(summary.updated_at),
             str(summary.turns),
@@ -235,7 +235,7 @@ def title(session_id: str, text: str) -> None:
                 )
                 await store.backend.update(session_id, summary)
         shown = shorten(new, 80) if new else "(none)"
-        click.echo(f"{clean(session_id)}: title {shown}")
+        click.echo(f"{clean_id(session_id)}: title {shown}")
         return 0
 
     execute(body)
@@ -286,7 +286,7 @@ async def _remove(
     what = await _describe(backend, session_id)
     held = " It may be held by another process, which loses it." if force else ""
     await confirm(
-        f"Delete session {clean(session_id)} ({what})? This cannot be undone.{held}",
+        f"Delete session {clean_id(session_id)} ({what})? This cannot be undone.{held}",
         yes=yes,
         nothing_done="nothing was deleted",
     )
@@ -294,7 +294,7 @@ async def _remove(
     # forced); a damaged or newer session, which nobody can drive, goes as is.
     why = "`turnkeep rm --force`" if force else "`turnkeep rm`"
     await delete_recorded(backend, session_id, why, force=force)
-    click.echo(f"deleted {clean(session_id)}")
+    click.echo(f"deleted {clean_id(session_id)}")
 
 
 async def _describe(backend: SessionPersistence, session_id: str) -> str:
@@ -371,7 +371,8 @@ def fork(
                 await host.sessions.close(target)
         click.echo(target)
         click.echo(
-            f"forked {clean(session_id)} at seq {at} into {clean(target)}", err=True
+            f"forked {clean_id(session_id)} at seq {at} into {clean_id(target)}",
+            err=True,
         )
         return 0
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from turnkeep.agent.recovery import open_turn
-from turnkeep.cli.output import clean, format_time, shorten
+from turnkeep.cli.output import clean, clean_id, format_time, shorten
 from turnkeep.events import (
     AssistantChunk,
     AssistantMessage,
@@ -111,7 +111,7 @@ def render_transcript(
             if event.data.call_id not in calls:
                 out.print(
                     Text(
-                        f"  tool result for unknown call {clean(event.data.call_id)}"
+                        f"  tool result for unknown call {clean_id(event.data.call_id)}"
                         f" (seq {event.seq}): {shorten(event.data.output, 80)}",
                         "yellow",
                     )
@@ -139,7 +139,7 @@ def render_transcript(
             Text(
                 f"⚠ turn {cut.turn} was cut off: the log ends inside it (the "
                 "writer stopped mid-turn). "
-                f"`turnkeep recover {clean(session_id)}` settles it.",
+                f"`turnkeep recover {clean_id(session_id)}` settles it.",
                 "bold red",
             )
         )

@@ -29,6 +29,7 @@ from turnkeep.agent.recovery import open_turn
 from turnkeep.agent.usage import UsageTotals, total_usage
 from turnkeep.cli.output import (
     clean,
+    clean_id,
     console,
     emit_json,
     emit_raw_line,
@@ -170,7 +171,7 @@ def _header(out: Console, loaded: LoadedSession, usage: UsageTotals) -> None:
     meta = loaded.meta
     summary, header = meta.summary, meta.header
     lines = [
-        f"session  {clean(header.id)}",
+        f"session  {clean_id(header.id)}",
         f"title    {clean(summary.title) if summary.title else '(none)'}",
         f"status   {summary.status}, {len(loaded.events)} events",
         f"created  {format_time(header.created_at)}   updated "
@@ -178,7 +179,7 @@ def _header(out: Console, loaded: LoadedSession, usage: UsageTotals) -> None:
     ]
     if header.parent is not None:
         lines.append(
-            f"forked   from {clean(header.parent.session_id)} "
+            f"forked   from {clean_id(header.parent.session_id)} "
             f"at seq {header.parent.seq}"
         )
     if usage.turns:
@@ -306,7 +307,7 @@ async def _follow(
                 )
             if last + 1 < printed:
                 click.echo(
-                    f"turnkeep: {clean(session_id)} now has {last + 1} events, "
+                    f"turnkeep: {clean_id(session_id)} now has {last + 1} events, "
                     f"fewer than the {printed} printed: it was deleted and stored "
                     "again",
                     err=True,

@@ -37,7 +37,13 @@ from turnkeep.serve.follow import READ_PAGE, Tails
 from turnkeep.serve.guard import Guard
 from turnkeep.serve.listing import SessionQuery, list_page
 from turnkeep.serve.problems import Problem, json_response
-from turnkeep.serve.query import int_param, json_body, status_param, time_param
+from turnkeep.serve.query import (
+    int_param,
+    json_body,
+    path_session_id,
+    status_param,
+    time_param,
+)
 from turnkeep.serve.views import (
     CancelView,
     EventsView,
@@ -130,7 +136,7 @@ class Api:
 
     async def load(self, request: Request) -> LoadedSession:
         """The session the path names, with a crashed turn shown `interrupted`."""
-        session_id = validate_session_id(request.path_params["session_id"])
+        session_id = path_session_id(request)
         loaded = await self.backend.load(session_id)
         (meta,) = await with_liveness(self.backend, [loaded.meta])
         return msgspec.structs.replace(loaded, meta=meta)
@@ -138,7 +144,7 @@ class Api:
     async def events(self, request: Request) -> Response:
         """`GET /sessions/{id}/events?after=SEQ&limit=N`: committed events."""
         self.guard.check(request, write=False)
-        session_id = validate_session_id(request.path_params["session_id"])
+        session_id = path_session_id(request)
         after = int_param(request, "after", -1, minimum=-1, maximum=_MAX_SEQ)
         limit = int_param(
             request, "limit", 100, minimum=1, maximum=self.config.max_page
@@ -156,7 +162,7 @@ class Api:
     async def history(self, request: Request) -> Response:
         """`GET /sessions/{id}/history`: the model history the log derives."""
         self.guard.check(request, write=False)
-        session_id = validate_session_id(request.path_params["session_id"])
+        session_id = path_session_id(request)
         loaded = await self.backend.load(session_id)
         events = self.host.codec.decode_log(loaded.events, session_id=session_id)
         return json_response({"messages": derive_messages(events)})
@@ -171,7 +177,7 @@ class Api:
         backend that keeps no trail.
         """
         self.guard.check(request, write=False)
-        session_id = validate_session_id(request.path_params["session_id"])
+        session_id = path_session_id(request)
         after = int_param(request, "after", 0, minimum=0, maximum=_MAX_SEQ)
         limit = int_param(
             request, "limit", 100, minimum=1, maximum=self.config.max_page
@@ -196,7 +202,7 @@ class Api:
         else after `?after=SEQ`, else at the log's end (new events only).
         """
         key = self.guard.check(request, write=False)
-        session_id = validate_session_id(request.path_params["session_id"])
+        session_id = path_session_id(request)
         last = await last_durable_seq(self.backend, session_id)  # 404 before 200
         after = self._resume_point(request, last)
         if not self.guard.budgets.open_stream(key):
@@ -298,7 +304,7 @@ class Api:
         `no-running-turn`, nothing recorded.
         """
         self.guard.check(request, write=True)
-        session_id = validate_session_id(request.path_params["session_id"])
+        session_id = path_session_id(request)
         body = await json_body(request, self.config.max_body)
         if not (
             isinstance(body, dict)

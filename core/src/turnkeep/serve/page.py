@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from turnkeep.serve.api import Api
 from turnkeep.serve.listing import list_page
+from turnkeep.serve.paths import url_id
 from turnkeep.serve.problems import Problem
 from turnkeep.serve.query import STATUSES, json_body
 from turnkeep.serve.transcript import render_events, size_text
@@ -104,7 +105,7 @@ class Pages:
         shown = len(listed.items)
         rows = "".join(
             "<tr>"
-            f'<td class="title"><a href="/view/{escape(m.id)}">'
+            f'<td class="title"><a href="/view/{escape(url_id(m.id))}">'
             f"{escape(m.summary.title or m.summary.first_prompt or m.id)}</a>"
             f'<div class="id">{escape(m.id)}</div></td>'
             f'<td><span class="badge {m.summary.status}">{m.summary.status}</span></td>'
@@ -178,6 +179,7 @@ class Pages:
             'follow live</label> <span id="follow-state"></span></p>'
             f"{cancel}"
             f'<div id="transcript" data-session="{escape(meta.id)}" '
+            f'data-path="{escape(url_id(meta.id))}" '
             f'data-last-seq="{len(loaded.events) - 1}">{transcript}</div>'
         )
         return _document(title, body, csrf=csrf)

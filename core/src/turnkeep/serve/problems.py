@@ -37,6 +37,7 @@ from turnkeep.errors import (
     TurnkeepError,
     UnsupportedFormatError,
 )
+from turnkeep.serve.paths import decode_segment
 
 __all__ = [
     "CatchBugs",
@@ -124,7 +125,7 @@ _STATUS: Final[tuple[tuple[type[TurnkeepError], int], ...]] = (
 
 def _session_of(request: Request) -> str | None:
     value = request.path_params.get("session_id")
-    return value if isinstance(value, str) else None
+    return decode_segment(value) if isinstance(value, str) else None
 
 
 async def on_problem(request: Request, exc: Exception) -> Response:

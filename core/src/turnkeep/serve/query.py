@@ -13,16 +13,45 @@ from typing import Final, cast, get_args
 import msgspec
 from starlette.requests import Request
 
+from turnkeep.ids import validate_session_id
 from turnkeep.meta import SessionStatus
+from turnkeep.serve.paths import decode_segment
 from turnkeep.serve.problems import Problem
 
-__all__ = ["STATUSES", "int_param", "json_body", "status_param", "time_param"]
+__all__ = [
+    "STATUSES",
+    "int_param",
+    "json_body",
+    "path_session_id",
+    "status_param",
+    "time_param",
+]
 
 STATUSES: Final[frozenset[str]] = frozenset(get_args(SessionStatus))
 
 
 def _bad(name: str, why: str) -> Problem:
     return Problem(400, "bad-parameter", f"query parameter {name!r}: {why}")
+
+
+def path_session_id(request: Request) -> str:
+    """The session id the path names, plain or encoded (`turnkeep.serve.paths`).
+
+    Raises:
+        Problem: 400 `invalid-session-id`, a `~` segment that is not base64url
+            of UTF-8.
+        InvalidSessionIdError: the id is not one a session may have.
+    """
+    segment = str(request.path_params["session_id"])
+    session_id = decode_segment(segment)
+    if session_id is None:
+        raise Problem(
+            400,
+            "invalid-session-id",
+            f"{segment[:60]!r} starts with '~' but is not an encoded session id "
+            "(base64url of its UTF-8 bytes)",
+        )
+    return validate_session_id(session_id)
 
 
 def int_param(

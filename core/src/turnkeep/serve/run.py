@@ -2,7 +2,11 @@
 
 The service binds 127.0.0.1 unless told otherwise, and refuses to bind any
 other address without a token: an open service is for this machine only.
-It refuses to start with a token too weak to resist guessing. The socket
+It refuses to start with a token too weak to resist guessing. uvicorn has
+no deadline for receiving a request (its keep-alive timer restarts on
+every byte) and the service no bound on open connections, so any other
+address also needs `behind_proxy`: the operator's word that a reverse
+proxy in front bounds both. The socket
 is bound before uvicorn starts, so a busy port is an `OSError`
 the caller can report (uvicorn alone logs it and exits the process).
 """
@@ -34,18 +38,31 @@ def is_loopback(address: str) -> bool:
 
 
 def check_bind(config: ServeConfig) -> None:
-    """Refuse a weak token, and a non-loopback bind without a token.
+    """Refuse a weak token, and a non-loopback bind without a token or a proxy.
 
     Raises:
         ConfigurationError: the token is too weak to resist guessing
             (`turnkeep.serve.tokens.check_token`), or `config.host` is not
-            loopback and no token is set.
+            loopback and no token is set, or it is not loopback and
+            `behind_proxy` is not set.
     """
     check_token(config.token)
-    if not is_loopback(config.host) and not config.token:
+    if is_loopback(config.host):
+        return
+    if not config.token:
         raise ConfigurationError(
             f"refusing to serve on {config.host}, which is not loopback, without a "
             "token; set TURNKEEP_SERVE__TOKEN (or [serve] token) or bind 127.0.0.1"
+        )
+    if not config.behind_proxy:
+        raise ConfigurationError(
+            f"refusing to serve on {config.host}, which is not loopback, without a "
+            "reverse proxy in front: the service bounds neither how many "
+            "connections stay open nor how slowly a request arrives, so clients "
+            "that send their headers slowly can hold it until it runs out of file "
+            "descriptors. Put a proxy in front that bounds both (docs/serve.md, "
+            "'What the proxy must enforce') and pass --behind-proxy ([serve] "
+            "behind_proxy = true), or bind 127.0.0.1"
         )
 
 

@@ -21,6 +21,8 @@
     return;
   }
   const sessionId = root.dataset.session;
+  // The id as a path segment: plain, or "~" and its base64url (serve/paths.py).
+  const sessionPath = root.dataset.path;
   let lastSeq = Number(root.dataset.lastSeq);
   let source = null;
   let turn = null; // usage of the turn being followed
@@ -159,7 +161,7 @@
   }
 
   function start() {
-    const url = "/sessions/" + encodeURIComponent(sessionId) + "/stream?after=" + lastSeq;
+    const url = "/sessions/" + sessionPath + "/stream?after=" + lastSeq;
     source = new EventSource(url);
     state.textContent = "connecting";
     source.onopen = function () {
@@ -200,7 +202,7 @@
     cancelResult.textContent = "asking";
     cancelResult.dataset.outcome = "asking";
     try {
-      const reply = await fetch("/sessions/" + encodeURIComponent(sessionId) + "/cancel", {
+      const reply = await fetch("/sessions/" + sessionPath + "/cancel", {
         method: "POST",
         credentials: "same-origin",
         headers: {
