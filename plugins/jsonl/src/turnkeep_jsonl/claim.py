@@ -14,6 +14,7 @@ check fails before its next flush is acknowledged.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -335,11 +336,18 @@ def quarantine(store: Store, stem: str, fd: int, start: int, end: int) -> str:
     name = quarantine_name(stem, start, ops.token())
     q = ops.open(name, os.O_WRONLY | NEW_FILE_FLAGS, 0o600, dir_fd=qdir)
     try:
-        ops.fchmod(q, 0o600)
-        _copy(store, fd, q, start, end)
-        ops.fsync(q)
-    finally:
-        ops.close(q)
+        try:
+            ops.fchmod(q, 0o600)
+            _copy(store, fd, q, start, end)
+            ops.fsync(q)
+        finally:
+            ops.close(q)
+    except BaseException:
+        # A partial copy under a quarantine name would pass for the cut
+        # bytes; the tail stays in the log until a repair succeeds.
+        with contextlib.suppress(OSError):
+            ops.unlink(name, dir_fd=qdir)
+        raise
     ops.fsync_dir(qdir)
     return name
 
