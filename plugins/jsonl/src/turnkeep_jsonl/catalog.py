@@ -21,6 +21,7 @@ the files directly until then (it never writes).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import zlib
@@ -209,6 +210,32 @@ class Catalog:
             for name in ops.listdir(root):
                 if name.startswith(_TEMP_PREFIX) and name.endswith(TEMP_SUFFIX):
                     self.store.discard(root, name)
+        finally:
+            ops.close(lock)
+
+    def drop(self) -> None:
+        """Remove the catalog (and a crash's temporary copies), durably.
+
+        It is a cache of the files: `list` reads around it until a writer
+        rebuilds it. Deleting on a full disk drops it first, since a
+        rewrite needs room for a copy and removing it frees some.
+
+        Raises:
+            OSError: it could not be removed.
+        """
+        root = self.store.root(create=False)
+        if root is None:
+            return
+        ops = self.ops
+        lock = ops.open(CATALOG_LOCK, _LOCK_FLAGS, 0o600, dir_fd=root)
+        try:
+            ops.flock(lock, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                ops.unlink(CATALOG, dir_fd=root)
+            for name in ops.listdir(root):
+                if name.startswith(_TEMP_PREFIX) and name.endswith(TEMP_SUFFIX):
+                    self.store.discard(root, name)
+            ops.fsync_dir(root)
         finally:
             ops.close(lock)
 

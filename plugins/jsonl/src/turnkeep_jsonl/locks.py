@@ -23,6 +23,7 @@ process counts only while one of its descriptors still holds that file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -56,11 +57,16 @@ _mine: dict[tuple[int, int], int] = {}
 """Lock files (device, inode) this process holds, with how many descriptors."""
 
 
-def lock(store: Store, stem: str, *, steal: bool) -> tuple[int, bool]:
+def lock(
+    store: Store, stem: str, *, steal: bool, brief: bool = False
+) -> tuple[int, bool]:
     """Take session `stem`'s lock: its descriptor, and whether it was stolen.
 
     With `steal`, a lock another owner holds is replaced by a fresh lock file
-    (the old owner keeps a lock on a file nobody will open again).
+    (the old owner keeps a lock on a file nobody will open again). A `brief`
+    hold (a delete) goes on without its identity record when the disk is
+    full: the `flock` is what excludes, the record only names the holder,
+    and a delete must be able to run on a full disk to free it.
 
     Raises:
         SessionLockedError: another owner holds it (and not `steal`).
@@ -96,7 +102,7 @@ def lock(store: Store, stem: str, *, steal: bool) -> tuple[int, bool]:
                 except FileNotFoundError:
                     continue  # unlinked between our open and our flock: again
                 if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                    _record(ops, fd, st)
+                    _record(ops, fd, st, brief=brief)
                     kept, fd = fd, -1
                     return kept, False
             finally:
@@ -124,11 +130,16 @@ def _replace(store: Store, locks: int, stem: str) -> int:
     return fd
 
 
-def _record(ops: FileOps, fd: int, st: os.stat_result) -> None:
+def _record(ops: FileOps, fd: int, st: os.stat_result, *, brief: bool = False) -> None:
     """Write our identity into the lock file `fd` holds; count the hold as ours."""
     record = msgspec.json.encode(current_identity())
-    ops.pwrite(fd, record, 0)
-    ops.ftruncate(fd, len(record))
+    try:
+        ops.pwrite(fd, record, 0)
+        ops.ftruncate(fd, len(record))
+    except OSError as exc:
+        if not (brief and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+            raise
+        ops.ftruncate(fd, 0)  # no half record: an empty one names nobody
     with _mine_lock:
         key = (st.st_dev, st.st_ino)
         _mine[key] = _mine.get(key, 0) + 1

@@ -64,6 +64,7 @@ __all__ = ["Unheld", "loaded_session"]
 
 _LOAD_ATTEMPTS: Final = 3
 _CANNOT_SYNC: Final = frozenset({errno.EINVAL, errno.EROFS, errno.EBADF})
+_DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 """What `fsync` of a read-only descriptor answers where the file system
 cannot sync from it (a read-only mount has no writer to wait for)."""
 
@@ -300,7 +301,7 @@ class Unheld:
         """
         stem, gfd = self._locate(session_id)
         try:
-            lock_fd, _ = lock(self.store, stem, steal=False)
+            lock_fd, _ = lock(self.store, stem, steal=False, brief=True)
         except SessionLockedError:
             if not force:
                 raise SessionHeldError(
@@ -314,6 +315,7 @@ class Unheld:
 
     def _delete_locked(self, session_id: str, stem: str, gfd: int) -> None:
         ops = self.store.ops
+        full = False
         try:
             found = inspect_session(ops, gfd, stem, max_line=self.max_line)
             if found is not None:
@@ -322,9 +324,18 @@ class Unheld:
                 # against the files, and no earlier line keeps the text.
                 header = core_header(found.header)
                 blank = SessionSummary(updated_at=found.summary.updated_at)
-                self.catalog.rewrite(
-                    Entry(open=True, meta=SessionMeta(header=header, summary=blank))
-                )
+                try:
+                    self.catalog.rewrite(
+                        Entry(open=True, meta=SessionMeta(header=header, summary=blank))
+                    )
+                except OSError as exc:
+                    if exc.errno not in _DISK_FULL:
+                        raise
+                    # No room for the rewrite's copy: free space first. The
+                    # catalog goes (no line keeps the text, and `list` reads
+                    # the files until it is rebuilt), then the files.
+                    self.catalog.drop()
+                    full = True
             try:
                 ops.unlink(stem + LOG_SUFFIX, dir_fd=gfd)
             except FileNotFoundError as exc:
@@ -335,7 +346,13 @@ class Unheld:
             self._drop_quarantine(stem)
             self._drop_temporary(gfd, stem)
             ops.fsync_dir(gfd)
-            self.catalog.rewrite(Gone(id=session_id))
+            try:
+                self.catalog.rewrite(Gone(id=session_id))
+            except OSError as exc:
+                if not (full and exc.errno in _DISK_FULL):
+                    raise
+                # Still no room: the catalog stays missing, which is safe
+                # (`list` reads the files); the next writer rebuilds it.
         except OSError as exc:
             raise storage_error(f"cannot delete session {session_id!r}", exc) from exc
 
