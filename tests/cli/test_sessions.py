@@ -15,6 +15,12 @@ from tests.cli.support import SCRIPT, Store, cli, converse, one_line_error
 
 from turnkeep.cli.output import format_size
 from turnkeep.codec import EventCodec
+from turnkeep.events import (
+    ToolCallData,
+    TurnCheckpointData,
+    TurnStartData,
+    UserMessageData,
+)
 
 
 def sessions(result_stdout: str) -> list[dict[str, Any]]:
@@ -192,6 +198,23 @@ def test_an_id_with_line_breaks_or_tabs_cannot_fake_a_row(store: Store) -> None:
     assert header.startswith("session  s\\x0aghost")
     titled = cli("title", forged, "t", store=store)
     assert titled.stdout.count("\n") == 1
+
+
+def test_a_call_id_with_a_line_break_cannot_fake_a_line(store: Store) -> None:
+    async def write() -> None:
+        async with store.host() as host:
+            session = host.sessions.create("s")
+            session.append(TurnStartData(turn=1))
+            session.append(UserMessageData(text="go"))
+            session.append(ToolCallData(call_id="c\nFORGED", name="f", arguments={}))
+            session.append(TurnCheckpointData(turn=1, reason="unsafe-tool"))
+            await session.flush()
+
+    asyncio.run(write())
+    shown = cli("show", "s", store=store)
+    assert shown.exit_code == 0, shown.stderr
+    assert not [line for line in shown.stdout.splitlines() if "FORGED" in line[:8]]
+    assert "c\\x0aFORGED" in shown.stdout
 
 
 def test_title_changes_the_summary_only(store: Store) -> None:

@@ -420,9 +420,9 @@ def _print_recovered(done: _Recovered) -> None:
         click.echo(f"  {SAFE_NOTE}")
     for call_id in done.blocked:
         click.echo(
-            f"  BLOCKED: call {clean(call_id)} may have taken effect, so the session "
-            "takes no new turn until someone says whether it did: "
-            f"turnkeep resolve {sid} {clean(call_id)} --done|--not-done"
+            f"  BLOCKED: call {clean_id(call_id)} may have taken effect, so the "
+            "session takes no new turn until someone says whether it did: "
+            f"turnkeep resolve {sid} {clean_id(call_id)} --done|--not-done"
         )
 
 

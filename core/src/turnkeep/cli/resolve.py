@@ -96,7 +96,7 @@ def resolve(
             f"(recorded by {clean(event.data.by)})"
         )
         if left:
-            click.echo(f"  still blocked by: {', '.join(clean(c) for c in left)}")
+            click.echo(f"  still blocked by: {', '.join(clean_id(c) for c in left)}")
         else:
             click.echo("  the session accepts new turns")
         return 0

@@ -188,7 +188,7 @@ def _call(
             (clean(data.name), "magenta"),
             " ",
             clean(_json(data.arguments)),
-            (f"  [{data.replay}, {clean(data.call_id)}]", "dim"),
+            (f"  [{data.replay}, {clean_id(data.call_id)}]", "dim"),
         )
     )
     if result is None:

@@ -152,7 +152,7 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
         for call in blocked:
             out.print(
                 Text(
-                    f"BLOCKED  call {clean(call.call_id)} ({clean(call.tool)}): its "
+                    f"BLOCKED  call {clean_id(call.call_id)} ({clean(call.tool)}): its "
                     f"outcome is unknown and the session takes no new turn until "
                     f"someone says; {clean(call.resolve)}",
                     "bold red",
