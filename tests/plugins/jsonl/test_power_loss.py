@@ -11,7 +11,10 @@ plus 10 more flushes reload exactly.
 
 Workload shapes: `mixed` (3-8 events, 0-300 B, one in twenty 1-6 KiB),
 `cycles` (the same with a release and claim every 40 turns: owner and
-release lines, repairs in place), `big` (0 B-64 KiB events, fewer turns),
+release lines, repairs in place; its session is created untitled and
+active, so its first flush writes no sidecar and the new log's directory
+fsync is its own, and once a torn tail a crash left is claimed, moved to
+quarantine and cut), `big` (0 B-64 KiB events, fewer turns),
 `tiny` (one-event flushes). CI: mixed and cycles (200 turns, 3 states per
 point), big (70 turns, 4 per point): over 5,000 states. Soak: 4 shapes x 13
 seeds x 200 turns (60 for big), 12 states per point (over 200,000 states).
@@ -19,13 +22,14 @@ seeds x 200 turns (60 for big), 12 states per point (over 200,000 states).
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
 
 import pytest
 
-from plugins.jsonl.helpers import meta, raws, seeded, turn, turns
+from plugins.jsonl.helpers import log_file, meta, raws, seeded, turn, turns
 from support.crashstates import (
     CrashModel,
     RecordingFileOps,
@@ -39,6 +43,7 @@ from turnkeep.errors import SessionNotFoundError, TurnkeepError
 from turnkeep.meta import SessionSummary
 from turnkeep_jsonl import JsonlPersistence
 from turnkeep_jsonl.listing import page
+from turnkeep_jsonl.names import QUARANTINE_DIR
 from turnkeep_jsonl.operations import Operations
 
 pytestmark = pytest.mark.crash
@@ -58,9 +63,12 @@ async def record(
         batches = [[r] for t in turns(count // 4, seed=seed) for r in t][:count]
     else:
         batches = turns(count, seed=seed, big=shape == "big")
-    titles: list[str | None] = [None, "t0"]
+    # A titled session's first flush writes a sidecar, whose rename fsyncs
+    # the directory too; an untitled, active one must fsync it on its own.
+    first = None if shape == "cycles" else "t0"
+    titles: list[str | None] = [None, first]
     backend = JsonlPersistence(base / "store", ops=ops)
-    await backend.create(meta("s", title="t0"))
+    await backend.create(meta("s", title=first))
     for index, batch in enumerate(batches):
         await backend.append("s", batch)
         ops.trace.mark("ack")
@@ -69,9 +77,26 @@ async def record(
             await backend.update("s", SessionSummary(title=titles[-1]))
         if shape == "cycles" and index % 40 == 39:
             await backend.release("s")
-            await backend.claim("s")
+            if index == 39:
+                torn_tail(ops, log_file(base / "store"))
+            await backend.claim("s")  # cuts a torn tail into quarantine (R5)
+            if index == 39:
+                moved = [op for op in ops.trace.ops if QUARANTINE_DIR in op.dir]
+                assert moved, "the torn tail was not moved to quarantine"
     await backend.aclose()
     return ops.trace, batches, titles
+
+
+def torn_tail(ops: RecordingFileOps, log: Path) -> None:
+    """Half a line after the log's last flush, on disk: a crash in a write."""
+    created = sum(op.kind == "create" for op in ops.trace.ops)
+    fd = ops.open(str(log), os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        ops.pwrite(fd, b'{"type":"user/message","seq":', os.fstat(fd).st_size)
+        ops.fsync(fd)
+    finally:
+        ops.close(fd)
+    assert sum(op.kind == "create" for op in ops.trace.ops) == created
 
 
 def check_state(
