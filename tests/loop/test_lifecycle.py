@@ -239,6 +239,34 @@ async def test_a_session_whose_backend_keeps_failing_can_be_abandoned(
 
 
 @pytest.mark.asyncio
+async def test_a_loop_closes_with_a_report_when_its_backend_keeps_failing(
+    tmp_path: Path,
+) -> None:
+    # A full disk, say: the loop's owner can still end it, told what was lost.
+    failing = [False]
+    plugin = GatedPlugin(
+        inner_factory("memory", tmp_path), fail=lambda _s, _e: failing[0]
+    )
+    async with gated_host(plugin) as host:
+        loop = AgentLoop.create("a", host=host, model=EchoModel(), session_id="s")
+        await loop.run_turn("stored")
+        stored = len(host.sessions.get("s").events)
+        failing[0] = True
+        host.sessions.get("s").append(UserMessageData(text="cannot be stored"))
+        report = await loop.close()
+        assert report is not None
+        assert (report.outcome, report.unsaved, report.first_unsaved_seq) == (
+            "abandoned",
+            1,
+            stored,
+        )
+        assert report.reason
+        with pytest.raises(SessionNotFoundError):
+            host.sessions.get("s")
+    assert host.close_reports == []
+
+
+@pytest.mark.asyncio
 async def test_shutdown_abandons_a_session_whose_backend_keeps_failing(
     tmp_path: Path,
 ) -> None:

@@ -310,18 +310,26 @@ class SessionStore:
         failing) is abandoned and its report says why; a flush of unknown
         outcome is reported `in_doubt`.
         """
+        closing = (self.close_or_abandon(s.id) for s in self.list())
+        return list(await asyncio.gather(*closing))
 
-        async def close(session_id: str) -> CloseReport:
-            try:
-                return await self.close(session_id)
-            except FlushError as exc:
-                report = await self.abandon(session_id, reason=str(exc))
-                if isinstance(exc, FlushOutcomeUnknownError) and not report.saved:
-                    doubt = (exc.first_seq, exc.last_seq)
-                    report = attrs.evolve(report, in_doubt=doubt)
-                return report
+    async def close_or_abandon(self, session_id: str) -> CloseReport:
+        """`close`, or `abandon` a session that cannot be stored; never fails on it.
 
-        return list(await asyncio.gather(*(close(s.id) for s in self.list())))
+        The report says what stayed unsaved and why (a flush of unknown
+        outcome as `in_doubt`).
+
+        Raises:
+            SessionNotFoundError: no live session has this id.
+        """
+        try:
+            return await self.close(session_id)
+        except FlushError as exc:
+            report = await self.abandon(session_id, reason=str(exc))
+            if isinstance(exc, FlushOutcomeUnknownError) and not report.saved:
+                doubt = (exc.first_seq, exc.last_seq)
+                report = attrs.evolve(report, in_doubt=doubt)
+            return report
 
     async def close(self, session_id: str) -> CloseReport:
         """Flush a live session, release its writer role and drop it.

@@ -420,21 +420,23 @@ class AgentLoop:
     async def close(self) -> CloseReport | None:
         """Cancel running turns, then close the loop's session (flushing it).
 
-        Returns:
-            What was stored (see `SessionStore.close`), or `None` if the
-            session was not live.
+        Never raises for a session it cannot store: a loop's owner must be
+        able to end it (R18), on a full disk too. A session whose flush
+        fails for another reason than a takeover is abandoned
+        (`SessionStore.close_or_abandon`), and the report says what stayed
+        unsaved and why. To keep it live and retry instead, call
+        `host.sessions.close(session_id)` first: it raises and keeps it.
 
-        Raises:
-            FlushError: the session could not be flushed for a reason other
-                than a takeover; it stays live (`host.sessions.abandon`
-                drops it).
+        Returns:
+            What was stored (see `SessionStore.close`; `outcome` `saved`,
+            `fenced` or `abandoned`), or `None` if the session was not live.
         """
         for running in list(self._running.values()):
             if running.task is not None:
                 request_cancel(running)
                 await asyncio.shield(running.task)
         if any(s.id == self.session_id for s in self.host.sessions.list()):
-            return await self.host.sessions.close(self.session_id)
+            return await self.host.sessions.close_or_abandon(self.session_id)
         return None
 
     # -- internals ---------------------------------------------------------
