@@ -632,7 +632,8 @@ saver.put(config, checkpoint, {"source": "input", "step": -1}, {"a": 1})
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+    "backend",
+    ["memory", "jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
 )
 def test_exit_releases_the_threads_a_process_wrote(
     backend: str, tmp_path: Path
@@ -640,25 +641,33 @@ def test_exit_releases_the_threads_a_process_wrote(
     """A process that ends without closing its saver lets the next one write.
 
     PostgreSQL would otherwise refuse the thread until the writer's lease
-    (30 s) ran out.
+    (30 s) ran out. The close at exit is quiet on every backend: twice (the
+    second process finds the thread stored), nothing on stderr (on SQLite
+    it printed a 45-line traceback: the executor and the backend's
+    finalizer were gone before the host closed).
     """
     for spec in spec_for(backend, tmp_path):
         root = Path(__file__).resolve().parents[3]
-        done = subprocess.run(
-            [sys.executable, "-c", EXITING, spec],
-            env={**os.environ, "PYTHONPATH": str(root)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-c", EXITING, spec],
+                env={**os.environ, "PYTHONPATH": str(root)},
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stderr == ""
+        if backend == "memory":
+            return  # nothing outlives the process
         with TurnkeepSaver(store=spec) as saver:
             parent = saver.get_tuple(generate_config("t"))
             assert parent is not None
             assert parent.checkpoint["channel_values"] == {"a": "from the child"}
             put(saver, "t", {"a": "from the parent"}, {"a": 2}, {"a": 2}, parent.config)
-            assert len(list(saver.list(generate_config("t")))) == 2
+            # Two from the children, one from here.
+            assert len(list(saver.list(generate_config("t")))) == 3
 
 
 def test_a_thread_another_writer_holds_is_not_pruned_or_deleted(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -227,6 +228,26 @@ async def _close(shared: Shared) -> None:
         await shared.host.aclose()
 
 
+class _AtExitExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each call at once, on the caller's thread.
+
+    At interpreter exit every `ThreadPoolExecutor` refuses new work, so a
+    backend that closes through `asyncio.to_thread` (SQLite) could not
+    close: its host's dispose failed with a traceback on stderr. Nothing
+    else runs on the portal's loop by then, so blocking it is harmless.
+    """
+
+    def submit(  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride] - same call, no pool
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+            future.set_exception(exc)
+        return future
+
+
 def _close_all() -> None:
     with _lock:
         owned = [s for s in _shared.values() if s.owned]
@@ -234,6 +255,11 @@ def _close_all() -> None:
     portal = _loop
     if portal is None:
         return
+    if owned:
+        # Before the closes are scheduled: the loop runs callbacks in order.
+        portal.loop.call_soon_threadsafe(
+            portal.loop.set_default_executor, _AtExitExecutor(max_workers=1)
+        )
     for shared in owned:
         future = asyncio.run_coroutine_threadsafe(_close(shared), portal.loop)
         try:

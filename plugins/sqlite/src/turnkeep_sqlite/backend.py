@@ -122,7 +122,14 @@ class SqlitePersistence:
             closer=self._database.close,
         )
         live_tokens().add(self._token)
-        weakref.finalize(self, _abandon, self._token, self._writer, self._readers)
+        dropped = weakref.finalize(
+            self, _abandon, self._token, self._writer, self._readers
+        )
+        # Not at interpreter exit: finalizers run before atexit hooks
+        # registered earlier, so it would close the writer under a host
+        # that an atexit hook is still closing (its sessions' last release
+        # then failed). At exit SQLite rolls back whatever was not committed.
+        dropped.atexit = False
 
     @property
     def path(self) -> Path:
