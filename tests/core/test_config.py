@@ -122,3 +122,48 @@ def test_plugin_selection_forms(tmp_path: Path) -> None:
         )
     write(tmp_path / "turnkeep.toml", 'plugins = ["jsonl"]\n')
     assert load_config(tmp_path, env={}).plugins == ("jsonl",)
+
+
+def test_a_variable_a_file_overrides_is_warned_once_naming_both(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from turnkeep import envshadow
+
+    envshadow._warned.clear()  # pyright: ignore[reportPrivateUsage] - a fresh process
+    toml = write(
+        tmp_path / "turnkeep.toml",
+        'persistence = "jsonl"\n[backends.jsonl]\npath = "/from/file"\n'
+        "[serve]\nport = 9000\n",
+    )
+    env = {
+        "TURNKEEP_JSONL__PATH": "/from/env",
+        "TURNKEEP_PERSISTENCE": "jsonl",  # the same value: nothing to say
+        "TURNKEEP_SERVE__PORT": "9001",
+        "TURNKEEP_SQLITE__PATH": "/only/in/env",  # no file sets it
+        "TURNKEEP_OPENAI_API_KEY": "not a setting",
+    }
+    caplog.set_level("WARNING", logger="turnkeep.config")
+    config = load_config(tmp_path, env=env)
+    assert config.backends["jsonl"]["path"] == "/from/file"  # ADR 5's order stands
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        f"turnkeep: TURNKEEP_JSONL__PATH=/from/env is overridden by {toml}, which "
+        "sets jsonl.path = '/from/file' (files take precedence over the "
+        "environment); remove one of them",
+        f"turnkeep: TURNKEEP_SERVE__PORT=9001 is overridden by {toml}, which sets "
+        "serve.port = 9000 (files take precedence over the environment); remove "
+        "one of them",
+    ]
+    caplog.clear()
+    load_config(tmp_path, env=env)
+    assert caplog.records == [], "once per variable and file in a process"
+
+
+def test_arguments_overriding_a_variable_are_not_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="turnkeep.config")
+    env = {"TURNKEEP_PERSISTENCE": "sqlite"}
+    config = load_config(tmp_path, env=env, overrides={"persistence": "memory"})
+    assert config.persistence == "memory"
+    assert caplog.records == []

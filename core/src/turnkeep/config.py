@@ -32,6 +32,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
 from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
+from turnkeep.envshadow import warn_shadowed
 from turnkeep.errors import ConfigurationError
 
 __all__ = [
@@ -398,7 +399,8 @@ def load_config(
     """
     start = (start or Path.cwd()).resolve()
     layers: list[tuple[str, dict[str, Any]]] = []
-    env_layer = _from_env(os.environ if env is None else env)
+    environ = os.environ if env is None else env
+    env_layer = _from_env(environ)
     if env_layer:
         layers.append(("environment variables", env_layer))
     pyproject = _find_upwards(start, "pyproject.toml", table=("tool", "turnkeep"))
@@ -407,6 +409,7 @@ def load_config(
     own = _find_upwards(start, "turnkeep.toml", table=())
     if own is not None:
         layers.append((str(own[0]), own[1]))
+    warn_shadowed(environ, env_layer, layers, prefix=_ENV_PREFIX, tables=_TABLES)
     if overrides:
         layers.append(("arguments", dict(overrides)))
 
