@@ -5,7 +5,8 @@ to a raw baseline in the same run and prints its ratios.
 
 - No arguments (`make bench`): the quick run, under a minute on a two-core
   machine. The user's path first (`bench_loop`: `AgentLoop.run_turn`,
-  `Session.append` + `flush`, the peers), then the backends called directly
+  `Session.append` + `flush`, the peers; `bench_delta`: one streamed delta
+  of it next to a bare append), then the backends called directly
   as a breakdown (`bench_jsonl`, `bench_sqlite`, with fewer repetitions:
   `BENCH_QUICK=1`) and the curves the plots draw (`bench_scaling`).
 - `--all` (`make bench-all`; `make bench-full` at full size): every module,
@@ -33,16 +34,17 @@ from benchmarks import results as results_file, usergoals
 LEAD = ("bench_loop",)
 QUICK = (
     "bench_loop",
+    "bench_delta",
     "bench_stream",
     "bench_open",
     "bench_jsonl",
     "bench_sqlite",
     "bench_scaling",
 )
-"""What `make bench` runs: the user's path (the lean loop, then a real
-model's stream and open per request, small), the backend breakdown, the
-curves. The PostgreSQL fleet (`bench_pgfleet`: 16 worker processes started
-per history size) is left to `make bench-all`."""
+"""What `make bench` runs: the user's path (the lean loop, one streamed delta
+of it, then a real model's stream and open per request, small), the backend
+breakdown, the curves. The PostgreSQL fleet (`bench_pgfleet`: 16 worker
+processes started per history size) is left to `make bench-all`."""
 QUICK_SECONDS = 60
 """What the quick run is meant to take; it says so when it took longer."""
 

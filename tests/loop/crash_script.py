@@ -50,8 +50,15 @@ first is flushed as it arrives."""
 
 
 def first_reply(turn: int) -> str:
-    """The text the first model call of `turn` streams (see `model`: step 0)."""
-    return f"turn {turn} step 0"
+    """The text the first model call of `turn` streams (see `model`: step 0).
+
+    Long enough that the loop releases some of its chunks while it streams
+    (redaction holds each back until the text after it decides any secret
+    it could be part of), so the partial-reply sweep finds flushes of
+    chunks before the reply ends.
+    """
+    plan_words = " ".join(f"then write entry {i} of the ledger" for i in range(8))
+    return f"turn {turn} step 0: first {plan_words}."
 
 
 INSTRUCTIONS: Final = "Write to the ledger as planned; never write twice."
@@ -97,7 +104,8 @@ def model(seed: int) -> ScriptedModel:
             ScriptedCall(name, {"turn": turn, "step": step, "i": i})
             for i, name in enumerate(steps[step])
         )
-        return Reply(f"turn {turn} step {step}", calls)
+        text = first_reply(turn) if step == 0 else f"turn {turn} step {step}"
+        return Reply(text, calls)
 
     return ScriptedModel(pick)
 

@@ -245,8 +245,9 @@ class SharedMemory:
         register("shared", lambda _config: MemoryPersistence(self.storage))  # pyright: ignore[reportUnknownLambdaType]
 
 
-def shared_host(plugin: SharedMemory) -> Host:
-    return Host(Config(persistence="shared", plugins="none"), plugins=[plugin])
+def shared_host(plugin: SharedMemory, *, redact_secrets: bool = True) -> Host:
+    config = Config(persistence="shared", plugins="none", redact_secrets=redact_secrets)
+    return Host(config, plugins=[plugin])
 
 
 FailRule = Callable[[str, Sequence[EventRecord]], bool]

@@ -117,7 +117,12 @@ async def test_a_cut_off_reply_stays_in_the_history_warm_and_cold(how: str) -> N
 async def test_durable_chunks_survive_a_crash_as_a_partial_reply() -> None:
     plugin = SharedMemory()
     model = Streaming(gap=0.002)
-    async with shared_host(plugin) as first, shared_host(plugin) as second:
+    # Without redaction each delta is appended as it comes (with it, these
+    # short pieces would be held back until the call ends).
+    async with (
+        shared_host(plugin, redact_secrets=False) as first,
+        shared_host(plugin, redact_secrets=False) as second,
+    ):
         # Every chunk after the first is at least 2 ms after the previous
         # flush, so a 1 ms interval flushes at the second and third chunk.
         loop = AgentLoop.create(

@@ -280,9 +280,9 @@ class Host:
         """The live list of `redact_event` implementations."""
         return self._redactors
 
-    def redact_event(self, session: Session, event: E) -> E:
+    def redact_event(self, session: Session, event: E, skip: object = None) -> E:
         """Run every `redact_event` implementation (`RedactionError` if one fails)."""
-        return run_redact_event(self._redactors, session, event)
+        return run_redact_event(self._redactors, session, event, skip)
 
     def redact_text(self, text: str) -> str:
         """Run every `redact_text` implementation (`RedactionError` if one fails)."""

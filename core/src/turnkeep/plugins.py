@@ -37,7 +37,7 @@ from turnkeep.errors import (
 from turnkeep.eventtypes import EventTypeRegistry
 from turnkeep.hookspecs import PluginHost
 from turnkeep.persistence import SessionPersistence
-from turnkeep.redaction import SecretRedactor
+from turnkeep.redaction import REDACTOR_NAME, SecretRedactor
 from turnkeep.writebehind import WriteBehind
 
 __all__ = ["ADMISSION_NAME", "WRITE_BEHIND_NAME", "PluginSet"]
@@ -185,7 +185,7 @@ class PluginSet:
         if config.redact_secrets:
             patterns = tuple(config.redact_patterns.items())
             redactor = SecretRedactor(patterns, config.redact_high_entropy)
-            self.register(redactor, "turnkeep.redaction")
+            self.register(redactor, REDACTOR_NAME)
         load_entry_points(config, self.pm, self.register)
         for plugin in plugins:
             self.register(plugin, None)

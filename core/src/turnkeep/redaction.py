@@ -13,6 +13,11 @@ before the event joins the log. Every sink (files, rows, sidecars, exports,
 model history) therefore only ever sees the marker. Plugin event types are
 left as given unless they opt in (`SessionEvent.redact`).
 
+The agent loop holds streamed deltas back for it (`held_stream`,
+`turnkeep.heldstream`) so that a secret split across them is redacted in
+the context of what follows, and appends what is released with
+`Session.append_redacted`, which does not run this plugin's hook again.
+
 Detection is pattern-based (`turnkeep.secretscan`) and deliberately
 conservative about what it keeps: a key-looking string is replaced even if
 it was harmless. Users add their own patterns (`redact_patterns` in the
@@ -43,30 +48,49 @@ from turnkeep.events import (
     TurnEnd,
     UserMessage,
 )
+from turnkeep.heldstream import HeldStream
 from turnkeep.hookspecs import hookimpl
 from turnkeep.secretscan import DEFAULT_RULES, SecretScanner, rules_from
 
 if TYPE_CHECKING:
+    import pluggy
+
     from turnkeep.session import Session
 
 __all__ = [
     "DEFAULT_PATTERNS",
+    "REDACTOR_NAME",
     "SecretRedactor",
+    "builtin_redactor",
     "redact",
     "run_redact_event",
     "run_redact_text",
 ]
 
+REDACTOR_NAME: Final = "turnkeep.redaction"
+"""The name the host registers its `SecretRedactor` under."""
+
 E = TypeVar("E", bound=SessionEvent)
 
 
-def run_redact_event(impls: Sequence[HookImpl], session: Session, event: E) -> E:
+def run_redact_event(
+    impls: Sequence[HookImpl], session: Session, event: E, skip: object = None
+) -> E:
     """Run every `redact_event` implementation, in hook order.
+
+    Args:
+        impls: the implementations.
+        session: the session the event is for.
+        event: the event.
+        skip: a plugin whose implementation is not run (it redacted the
+            event already, knowing more: `Session.append_redacted`).
 
     Raises:
         RedactionError: an implementation raised or broke its contract.
     """
     current = event
+    if skip is not None:
+        impls = [impl for impl in impls if impl.plugin is not skip]
     for impl in impls[::-1]:  # a copy: hooks may be (un)registered meanwhile
         try:
             if impl.argnames == SESSION_EVENT_ARGS:  # no kwargs to build
@@ -186,6 +210,19 @@ class SecretRedactor:
         """Return `value` with every secret replaced by its marker."""
         return self._scanner.scan(value)
 
+    @property
+    def hold(self) -> int:
+        """K: the most characters a `held_stream` holds a piece back by."""
+        return self._scanner.hold
+
+    def held_stream(self) -> HeldStream:
+        """A `HeldStream` over these rules, for one streamed reply.
+
+        Append what it releases with `Session.append_redacted(data, self)`:
+        it was redacted knowing the text around it.
+        """
+        return HeldStream(self._scanner)
+
     @hookimpl(tryfirst=True)
     def redact_event(
         self, session: Session, event: SessionEvent
@@ -301,6 +338,12 @@ def _strings(value: object, into: list[str]) -> None:
     elif isinstance(value, list):
         for item in cast("list[object]", value):
             _strings(item, into)
+
+
+def builtin_redactor(pm: pluggy.PluginManager) -> SecretRedactor | None:
+    """The host's `SecretRedactor`, if it is registered (`redact_secrets`)."""
+    found = pm.get_plugin(REDACTOR_NAME)
+    return found if isinstance(found, SecretRedactor) else None
 
 
 def redact(text: str) -> str:

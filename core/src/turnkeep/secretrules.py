@@ -13,7 +13,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["DEFAULT_RULES", "HIGH_ENTROPY", "Rule", "rules_from"]
+__all__ = ["DEFAULT_HOLD", "DEFAULT_RULES", "HIGH_ENTROPY", "Rule", "rules_from"]
 
 
 @attrs.frozen
@@ -45,6 +45,12 @@ class Rule:
             looked for only in the `reach` characters before each needed
             character, not in a lowered copy of the whole text. `None`:
             unknown (or unbounded).
+        hold: the most characters from where a match starts to where the
+            text decides it (the match found and closed, or shown not to
+            be one), for the secrets the rule is written for; a longer
+            match is decided at this length (`turnkeep.heldstream`). For a
+            match that may go on (a key's body), where it is recognised.
+            `None`: `DEFAULT_HOLD`.
     """
 
     name: str
@@ -56,6 +62,12 @@ class Rule:
     cased: bool = False
     lead: int | None = None
     reach: int | None = None
+    hold: int | None = None
+
+
+DEFAULT_HOLD: Final = 128
+"""`Rule.hold` of a rule that does not say (a user's pattern, the
+high-entropy rule)."""
 
 
 def _bounded(first: str, rest: str) -> str:
@@ -80,6 +92,7 @@ _GAP: Final = 4
 """The most characters `_ASSIGNED` allows between the word and its `:`/`=`."""
 _BEARER: Final = r"\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"
 _SK_TAIL: Final = r"k-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"
+_JWT_TAIL: Final = r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"
 
 
 def _assignment(words: str, *triggers: str, lead: int = 0) -> Rule:
@@ -98,6 +111,7 @@ def _assignment(words: str, *triggers: str, lead: int = 0) -> Rule:
         needs=":=",
         lead=lead,
         reach=reach,
+        hold=32,
     )
 
 
@@ -114,6 +128,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs="-",
         cased=True,
         lead=0,
+        hold=64,
     ),
     Rule(
         "aws-access-key",
@@ -123,15 +138,19 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs="A",
         cased=True,
         lead=0,
+        hold=24,
     ),
     Rule(
+        # The signature is optional (an unsigned token is one too), so a
+        # token is recognised at its payload's start, not at its end.
         "jwt",
-        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        rf"\beyJ{_JWT_TAIL}",
         ("eyJ",),
-        _bounded("e", r"yJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        _bounded("e", f"yJ{_JWT_TAIL}"),
         needs="J",
         cased=True,
         lead=0,
+        hold=128,
     ),
     Rule(
         "api-token",
@@ -141,6 +160,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs="-",
         cased=True,
         lead=1,
+        hold=48,
     ),
     Rule(
         "api-token",
@@ -150,6 +170,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs="_",
         cased=True,
         lead=0,
+        hold=40,
     ),
     Rule(
         "api-token",
@@ -159,6 +180,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs="-",
         cased=True,
         lead=0,
+        hold=32,
     ),
     Rule(
         "api-token",
@@ -168,6 +190,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs="A",
         cased=True,
         lead=0,
+        hold=48,
     ),
     Rule(
         "bearer",
@@ -175,6 +198,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         ("bearer",),
         "|".join(_bounded(c, f"(?i:earer){_BEARER}") for c in "bB"),
         lead=0,
+        hold=32,
     ),
     Rule(
         "url-password",
@@ -183,6 +207,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         needs=":",  # in its trigger: looked at where the assignments' `:` are
         cased=True,
         lead=0,
+        hold=128,  # decided at its `@`: a user and password of ~120 together
     ),
     _assignment("password|passwd", "passw"),
     _assignment("secret", "secret"),

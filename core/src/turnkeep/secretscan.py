@@ -31,13 +31,20 @@ import attrs
 
 from turnkeep.errors import ConfigurationError
 from turnkeep.secretprobe import Gate, Loose, any_case, at_places, plan
-from turnkeep.secretrules import DEFAULT_RULES, HIGH_ENTROPY, Rule, rules_from
+from turnkeep.secretrules import (
+    DEFAULT_HOLD,
+    DEFAULT_RULES,
+    HIGH_ENTROPY,
+    Rule,
+    rules_from,
+)
 
 __all__ = [
     "DEFAULT_RULES",
     "HIGH_ENTROPY",
     "Rule",
     "SecretScanner",
+    "Survey",
     "rules_from",
 ]
 
@@ -49,6 +56,50 @@ _LEAD: Final = 64
 lead-in of any rule (`Authorization: Bearer `, `password = "`)."""
 _OPEN_LIMIT: Final = 16_384
 """The longest open match carried to the next piece (a private key's body)."""
+
+
+Found = tuple[int, int, tuple[int, int, str] | None]
+"""A match: its start, its end, and what to replace (`SecretScanner._span`)."""
+
+
+@attrs.frozen
+class Survey:
+    """Where a text may hold secrets, for holding a stream back.
+
+    Attributes:
+        starts: where matches of the rules whose triggers are there can
+            start, ascending (empty when `anywhere`).
+        anywhere: a rule found can match anywhere (it has no triggers or
+            no `lead`): `starts` does not bound it.
+        wait: the most characters those rules need past a start to decide
+            it (their largest `Rule.hold`).
+        matches: the matches, as `scan` finds them.
+    """
+
+    starts: list[int]
+    anywhere: bool
+    wait: int
+    matches: list[Found]
+
+
+def _quiet(rules: tuple[Rule, ...], hold: int) -> int:
+    """How far before a text's end a match can start unseen by the pre-filter.
+
+    Its trigger may be cut at the end (`lead` plus the trigger less one
+    character), or the character its rule needs may not have come yet
+    (`lead` plus `reach`; unbounded, so `hold`, without a `reach`).
+    """
+    quiet = 0
+    for rule in rules:
+        if not rule.triggers:
+            continue
+        lead = rule.lead if rule.lead is not None else hold
+        quiet = max(quiet, lead + max(len(t) for t in rule.triggers) - 1)
+        if rule.needs and any(
+            not any(c in t for c in rule.needs) for t in rule.triggers
+        ):
+            quiet = max(quiet, lead + rule.reach if rule.reach is not None else hold)
+    return min(quiet, hold)
 
 
 def _branches(rule: Rule) -> str:
@@ -78,6 +129,12 @@ class SecretScanner:
     _compiled: dict[int, re.Pattern[str]] = attrs.field(
         init=False, factory=dict[int, re.Pattern[str]]
     )
+    hold: int = attrs.field(init=False, default=0)
+    """The longest `Rule.hold` of the rules: how far a streamed text is held
+    back at most (`turnkeep.heldstream`)."""
+    quiet: int = attrs.field(init=False, default=0)
+    """How far a streamed text without triggers is held back (`_quiet`)."""
+    _holds: tuple[int, ...] = attrs.field(init=False, default=())
 
     def __attrs_post_init__(self) -> None:
         regexes: list[re.Pattern[str]] = []
@@ -96,6 +153,30 @@ class SecretScanner:
             1 << i for i, rule in enumerate(self.rules) if rule.lead is None
         )
         self._pattern((1 << len(self.rules)) - 1)  # every rule compiles together
+        self._holds = tuple(
+            DEFAULT_HOLD if rule.hold is None else rule.hold for rule in self.rules
+        )
+        self.hold = max(self._holds, default=0)
+        self.quiet = _quiet(self.rules, self.hold)
+
+    def survey(self, text: str, pos: int = 0) -> Survey | None:
+        """Where `text` may hold secrets (`None`: no rule's trigger is there).
+
+        Matches are looked for from `pos` on (where a scan of the text
+        before would go on: after its last match).
+        """
+        starts: list[int] = []
+        mask = self._prefilter(text, starts)
+        if not mask:
+            return None
+        ordered = sorted(set(starts))
+        found = [
+            (m.start(), m.end(), self._span(m, mask))
+            for m in self._matches(text, mask, ordered, pos)
+        ]
+        anywhere = bool(mask & self._unled)
+        wait = max(h for i, h in enumerate(self._holds) if mask >> i & 1)
+        return Survey([] if anywhere else ordered, anywhere, wait, found)
 
     def may_match(self, text: str) -> bool:
         """Whether a rule's pre-filter passes on `text`.
@@ -123,7 +204,7 @@ class SecretScanner:
         return "".join(pieces)
 
     def _matches(
-        self, text: str, mask: int, starts: list[int]
+        self, text: str, mask: int, starts: list[int], pos: int = 0
     ) -> Iterator[re.Match[str]]:
         """The matches of the rules in `mask`, as `finditer` finds them.
 
@@ -133,7 +214,7 @@ class SecretScanner:
         """
         pattern = self._pattern(mask)
         if mask & self._unled:
-            yield from pattern.finditer(text)
+            yield from pattern.finditer(text, pos)
             return
         # Every match starts within its rule's `lead` before one of its
         # triggers, so trying those places in order finds the same matches
@@ -141,7 +222,6 @@ class SecretScanner:
         # tried in between where the pattern matched would have been found
         # by the search too.
         match = pattern.match
-        pos = 0
         for start in sorted(set(starts)) if len(starts) > 1 else starts:
             if start < pos:
                 continue

@@ -110,8 +110,8 @@ class SessionHooks(Protocol):
         """The live list of `redact_event` implementations (empty: no cost)."""
         ...
 
-    def redact_event(self, session: Session, event: E) -> E:
-        """Run `redact_event` and return the event to append."""
+    def redact_event(self, session: Session, event: E, skip: object = None) -> E:
+        """Run `redact_event` (but `skip`'s) and return the event to append."""
         ...
 
     def redact_text(self, text: str) -> str:
@@ -287,6 +287,48 @@ class Session:
             # Rejected at its source: take it out of the log, and out of
             # whatever a persistence plugin snapshotted before the rejecting
             # plugin ran.
+            events.pop()
+            self._hooks.event_rejected(self, event.seq)
+            raise
+        if results:
+            self._hooks.check_session_event_results(results)
+        return event
+
+    def append_redacted(self, data: object, by: object, /) -> SessionEvent:
+        """Append a payload that `by`, a `redact_event` plugin, redacted already.
+
+        For text redacted in a wider context than one event: a streamed
+        reply held back by `turnkeep.heldstream`, each piece redacted
+        knowing what follows it. `by`'s own `redact_event` is not run on it
+        again (it would scan the piece without that context); every other
+        implementation is. Otherwise as `append(data)`.
+
+        Raises:
+            EventTypeError, SessionClosedError, EventRejectedError,
+            LossyPayloadError: as `append`.
+        """
+        try:
+            kind = self._kinds[type(data)]
+        except KeyError:
+            raise EventTypeError(_unknown_payload(data)) from None
+        if self.closed:
+            raise SessionClosedError(f"session {self.id!r} is closed")
+        events = self._events
+        event = kind(seq=len(events), time=self._clock(), data=data)
+        check = self._checks.get(kind)
+        if check is not None:
+            check(event)
+        redactors = self._redactors
+        # Mostly `by` is the only one: then no call at all.
+        if redactors and (
+            len(redactors) > 1 or getattr(redactors[0], "plugin", None) is not by
+        ):
+            event = self._hooks.redact_event(self, event, by)
+        # The rest is `append`'s, kept inline: this runs for every delta.
+        events.append(event)
+        try:
+            results = self._emit(self, event)
+        except EventRejectedError:
             events.pop()
             self._hooks.event_rejected(self, event.seq)
             raise

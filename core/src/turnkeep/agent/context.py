@@ -140,8 +140,7 @@ class RecordedContext:
 
     def read(self, log: Sequence[SessionEvent]) -> None:
         """Read the events appended since the last call."""
-        for index in range(self._read, len(log)):
-            event = log[index]
+        for event in log[self._read :]:
             if type(event) is AssistantChunk:
                 continue  # half of a turn's events; the checks below cost more
             if isinstance(event, RunContext):

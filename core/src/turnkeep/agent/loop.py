@@ -62,6 +62,7 @@ from turnkeep.agent.watchdog import Watch
 from turnkeep.errors import TurnInProgressError
 from turnkeep.events import RunContextData, SessionEvent
 from turnkeep.host import Host
+from turnkeep.redaction import builtin_redactor
 from turnkeep.session import Session
 from turnkeep.store import CloseReport
 
@@ -450,7 +451,7 @@ class AgentLoop:
                 f"session {session_id!r} is already running a turn; wait for it "
                 "to end or cancel it (nothing was changed)"
             )
-        running = Running(session=session)
+        running = Running(session=session, redactor=builtin_redactor(self.host.pm))
         session.turn_holder = running
         if self.on_event is not None:
             running.sinks.append(self.on_event)

@@ -163,8 +163,10 @@ class History:
         `log` must continue the log read so far (`follows`). The result is a
         view (`HistoryView`): it costs the same whatever the history's length.
         """
-        for index in range(self._read, len(log)):
-            self._add(log[index])
+        add, unseen = self._add, _UNSEEN
+        for event in log[self._read :]:
+            if type(event) not in unseen:  # most events: no call at all
+                add(event)
         if len(log):
             self._read = len(log)
             self._last = log[-1]

@@ -38,7 +38,7 @@ from turnkeep.agent.effects import Reconciler, refuse_if_blocked, settle_unknown
 from turnkeep.agent.history import history_of
 from turnkeep.agent.manifest import reconcile_warm
 from turnkeep.agent.models import Model, ModelRequest, ModelToolCall, TextDelta, Usage
-from turnkeep.agent.partial import ReplyText, tail_text
+from turnkeep.agent.partial import ChunkWriter, ReplyText, tail_text
 from turnkeep.agent.recovery import RecoveryReport, last_turn_number, open_turn
 from turnkeep.agent.tools import Tool, ToolContext, may_rerun, replay_policy, tool_spec
 from turnkeep.agent.turns import (
@@ -299,6 +299,7 @@ class TurnRunner:
             functools.partial(self._emit, SessionEvent),
             self._stream_flush,
             self.watch.stream_flush_seconds,
+            writer=ChunkWriter(self.running, self.meter, self.guard),
         )
         calls: list[ModelToolCall] = []
         usage: Usage | None = None
@@ -313,7 +314,8 @@ class TurnRunner:
             async with self.guard.watching("the model call"):
                 async for item in stream:
                     if isinstance(item, TextDelta):
-                        await reply.add(item.text)
+                        if reply.take(item.text):
+                            await reply.flush_now()
                     elif isinstance(item, ModelToolCall):
                         calls.append(item)
                     elif isinstance(item, Usage):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -344,10 +346,7 @@ class TurnRunner:
             self.budget.charge(usage)
             meter.reported(usage)
             meter.model_seconds += meter.clock() - started
-        # Always recorded, even empty: it marks where this model call's tool
-        # calls begin, so history keeps one assistant message per call.
-        reply.finished()
-        return reply.text, calls
+        return reply.finished(), calls  # even empty: this call's tool calls follow it
 
     # -- tool calls ----------------------------------------------------------
 

@@ -32,6 +32,7 @@ from turnkeep.events import (
     TurnUsage,
 )
 from turnkeep.meta import SessionStatus
+from turnkeep.redaction import SecretRedactor
 from turnkeep.session import Session
 
 __all__ = [
@@ -195,6 +196,8 @@ class Running:
         phase: where the turn is.
         cancel_requested: `cancel` was called; the turn stops at the next
             step boundary (or now, if a model call or tool is in flight).
+        redactor: the host's builtin redactor, for which the turn holds
+            streamed deltas back (`None`: redaction is off).
     """
 
     session: Session
@@ -207,6 +210,7 @@ class Running:
     )
     phase: Phase = "admit"
     cancel_requested: bool = False
+    redactor: SecretRedactor | None = None
 
     def flushed(self) -> None:
         """Tell the flush watchers that a flush of the turn has ended."""

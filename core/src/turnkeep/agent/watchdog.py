@@ -5,7 +5,8 @@ streams or a tool runs (unlike the budgets, `turnkeep.agent.budgets`, they
 are not part of the recorded run context):
 
 - `stall_seconds`: a model call or tool during which no event is appended
-  for this long is stopped, and the turn ends `timed_out`;
+  for this long (for a model call: no delta streams, counting those held
+  back for redaction) is stopped, and the turn ends `timed_out`;
 - `stream_flush_seconds`: flush a long model stream every so many seconds,
   so a crash keeps the text streamed up to the last flush
   (`turnkeep.agent.partial`); off by default, so a short turn stays one
