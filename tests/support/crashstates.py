@@ -26,6 +26,7 @@ ordering rules on a trace. The model knows nothing about any file format.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -102,6 +103,48 @@ class CrashModel:
         files, dirs = self._replay(point)
         states = [_draw(files, dirs, rng) for _ in range(count)]
         yield from states
+
+    def all_states(self, point: int, limit: int) -> list[State] | None:
+        """Every legal state of a power loss before `point`, enumerated.
+
+        Every combination of: each pending directory operation applied or
+        not, and for each file every size between its fsynced and written
+        sizes at sector granularity (and both ends) with every fate of every
+        sector that changed (junk is one fixed pattern). `None` when there
+        are more than `limit` combinations; duplicates are dropped.
+        """
+        files, dirs = self._replay(point)
+        pending = [(path, i) for path, d in dirs.items() for i in range(len(d.pending))]
+        inodes = sorted(files)
+        variants = [
+            _all_contents(files[i].synced, bytes(files[i].current)) for i in inodes
+        ]
+        total = 2 ** len(pending)
+        for options in variants:
+            total *= len(options)
+        if total > limit:
+            return None
+        inode_of = {id(files[i]): i for i in inodes}
+        seen: set[tuple[tuple[str, bytes | None], ...]] = set()
+        states: list[State] = []
+        for bits in itertools.product((False, True), repeat=len(pending)):
+            applied = {key for key, bit in zip(pending, bits, strict=True) if bit}
+            for contents in itertools.product(*variants):
+                chosen = dict(zip(inodes, contents, strict=True))
+                state: State = {}
+                _walk(
+                    dirs,
+                    (),
+                    lambda d, applied=applied: _entries(d, dirs, applied),
+                    files,
+                    state,
+                    lambda f, chosen=chosen: chosen[inode_of[id(f)]],
+                )
+                key = tuple(sorted(state.items()))
+                if key not in seen:
+                    seen.add(key)
+                    states.append(state)
+        return states
 
     def logical(self, point: int) -> State:
         """What a process crash (not a power loss) at `point` leaves: everything."""
@@ -187,6 +230,55 @@ def _draw(
     state: State = {}
     _walk(dirs, (), entries, files, state, content)
     return state
+
+
+def _entries(
+    d: _Dir, dirs: dict[DirPath, _Dir], applied: set[tuple[DirPath, int]]
+) -> dict[str, Node]:
+    """`d`'s entries with exactly the pending operations in `applied`."""
+    path = next(p for p, other in dirs.items() if other is d)
+    out = dict(d.durable)
+    for index, (kind, name, dst, node) in enumerate(d.pending):
+        if (path, index) not in applied:
+            continue
+        if kind == "add":
+            out[name] = node
+        elif kind == "rename":
+            out.pop(name, None)
+            out[dst] = node
+        else:
+            out.pop(name, None)
+    return out
+
+
+_JUNK: Final = bytes(range(256)) * 2
+"""The one junk pattern enumeration uses (a sector of it)."""
+
+
+def _all_contents(synced: bytes, current: bytes) -> list[bytes]:
+    """Every byte string a file may hold after a crash (see `all_states`)."""
+    if synced == current:
+        return [synced]
+    low, high = sorted((len(synced), len(current)))
+    sizes = sorted({low, high, *range(low - low % SECTOR + SECTOR, high, SECTOR)})
+    out: list[bytes] = []
+    for size in sizes:
+        pieces: list[list[bytes]] = []
+        for start in range(0, size, SECTOR):
+            end = min(start + SECTOR, size)
+            old = synced[start:end].ljust(end - start, b"\0")
+            new = current[start:end].ljust(end - start, b"\0")
+            if old == new:
+                pieces.append([new])
+            elif start < len(synced):
+                pieces.append([new, old])
+            else:
+                zero = bytes(end - start)
+                pieces.append(
+                    list(dict.fromkeys([new, old, zero, _JUNK[: end - start]]))
+                )
+        out.extend(b"".join(combo) for combo in itertools.product(*pieces))
+    return list(dict.fromkeys(out))
 
 
 def _walk(
