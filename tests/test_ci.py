@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,30 +36,66 @@ MAKE = (
     'echo "make $* REQUIRE=${TURNKEEP_REQUIRE_POSTGRES:-unset}'
     " CHROMIUM=${TURNKEEP_REQUIRE_CHROMIUM:-unset}"
     " LITELLM=${TURNKEEP_REQUIRE_LITELLM:-unset}"
-    ' CGROUP=${TURNKEEP_REQUIRE_CGROUP:-unset}"\n'
+    " CGROUP=${TURNKEEP_REQUIRE_CGROUP:-unset}"
+    " CC=${TURNKEEP_REQUIRE_CC:-unset}"
+    " ROOT=${TURNKEEP_REQUIRE_ROOT:-unset}"
+    ' USERNS=${TURNKEEP_REQUIRE_USERNS:-unset}"\n'
 )
 APT = "#!/bin/sh\nexit 0\n"
+PG_UP = '#!/bin/sh\n[ "$3" = status ] && exit 3\nexit 0\n'
+"""`pg_ctlcluster`: "status" says down (3), "start" succeeds."""
+ROOT_ID = "#!/bin/sh\necho 0\n"
+USERNS = "#!/bin/sh\nexit 0\n"
+_REQUIRED = (
+    "TURNKEEP_REQUIRE_POSTGRES",
+    "TURNKEEP_REQUIRE_CHROMIUM",
+    "TURNKEEP_REQUIRE_LITELLM",
+    "TURNKEEP_REQUIRE_CGROUP",
+    "TURNKEEP_REQUIRE_CC",
+    "TURNKEEP_REQUIRE_ROOT",
+    "TURNKEEP_REQUIRE_USERNS",
+)
 
 
-def _run_ci(tmp_path: Path, pg_ctlcluster: str) -> subprocess.CompletedProcess[str]:
+def _run_ci(
+    tmp_path: Path,
+    pg_ctlcluster: str,
+    *,
+    apt: str = APT,
+    user_id: str = ROOT_ID,
+    unshare: str = USERNS,
+    only_stubs: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run `.ci/run` with stand-ins for what it starts, installs and probes.
+
+    `only_stubs`: `PATH` holds the stand-ins and the few tools the script
+    uses, and no C compiler (`cc`, `gcc`).
+    """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # apt-get too: on a machine without Chromium, `.ci/run` installs it, and a
     # test must not install packages (nor print apt's output into stdout).
-    stubs = (("make", MAKE), ("pg_ctlcluster", pg_ctlcluster), ("apt-get", APT))
+    stubs = (
+        ("make", MAKE),
+        ("pg_ctlcluster", pg_ctlcluster),
+        ("apt-get", apt),
+        ("id", user_id),
+        ("unshare", unshare),
+    )
     for name, text in stubs:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    required = (
-        "TURNKEEP_REQUIRE_POSTGRES",
-        "TURNKEEP_REQUIRE_CHROMIUM",
-        "TURNKEEP_REQUIRE_LITELLM",
-        "TURNKEEP_REQUIRE_CGROUP",
-    )
-    env = {k: v for k, v in os.environ.items() if k not in required}
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env = {k: v for k, v in os.environ.items() if k not in _REQUIRED}
+    if only_stubs:
+        for tool in ("dirname", "ls", "head", "chmod"):
+            found = shutil.which(tool)
+            assert found is not None, tool
+            (bin_dir / tool).symlink_to(found)
+        env["PATH"] = str(bin_dir)
+    else:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     return subprocess.run(
-        ["sh", str(CI_RUN)], capture_output=True, text=True, env=env, check=False
+        ["/bin/sh", str(CI_RUN)], capture_output=True, text=True, env=env, check=False
     )
 
 
@@ -71,10 +108,44 @@ def test_ci_stops_when_the_installed_server_will_not_start(tmp_path: Path) -> No
 
 
 def test_ci_requires_the_postgres_tests_once_the_server_runs(tmp_path: Path) -> None:
-    # "status" says down (3), "start" succeeds.
-    done = _run_ci(tmp_path, '#!/bin/sh\n[ "$3" = status ] && exit 3\nexit 0\n')
+    done = _run_ci(tmp_path, PG_UP)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "make test REQUIRE=1 CHROMIUM=1 LITELLM=1 CGROUP=1"
+    assert done.stdout.strip() == (
+        "make test REQUIRE=1 CHROMIUM=1 LITELLM=1 CGROUP=1 CC=1 ROOT=1 USERNS=1"
+    )
+
+
+def test_ci_says_what_it_cannot_require(tmp_path: Path) -> None:
+    # Not root, and no user namespaces: those tests skip, and CI says so.
+    done = _run_ci(
+        tmp_path, PG_UP, user_id="#!/bin/sh\necho 1000\n", unshare="#!/bin/sh\nexit 1\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("CC=1 ROOT=unset USERNS=unset")
+    assert "not root" in done.stderr
+    assert "no user namespaces" in done.stderr
+
+
+def test_ci_installs_a_missing_c_compiler_and_requires_it(tmp_path: Path) -> None:
+    # The stand-in apt-get "installs" gcc as a `cc` on PATH.
+    apt = (
+        "#!/bin/sh\n"
+        'case "$*" in *gcc*) printf "#!/bin/sh\\n" > "$(dirname "$0")/cc"; '
+        'chmod +x "$(dirname "$0")/cc"; echo "installed $*" >&2;; esac\nexit 0\n'
+    )
+    done = _run_ci(tmp_path, PG_UP, apt=apt, only_stubs=True)
+    assert done.returncode == 0, done.stderr
+    assert "installed install -y gcc libc6-dev" in done.stderr
+    assert (tmp_path / "bin" / "cc").exists()
+    assert " CC=1 " in done.stdout
+
+
+def test_ci_stops_when_no_c_compiler_will_install(tmp_path: Path) -> None:
+    apt = '#!/bin/sh\ncase "$*" in *gcc*) exit 100;; esac\nexit 0\n'
+    done = _run_ci(tmp_path, PG_UP, apt=apt, only_stubs=True)
+    assert done.returncode == 1
+    assert "C compiler" in done.stderr
+    assert "make" not in done.stdout, "the tests ran without a compiler"
 
 
 GUARDED = """
@@ -282,3 +353,24 @@ def test_the_proxy_helper_retries_an_early_exit_then_says_why(
     with litellm_proxy.start_proxy(tmp_path / "again") as proxy:
         assert proxy.base_url.startswith("http://127.0.0.1:")
         assert proxy.requests("anything") == 0
+
+
+def test_a_missing_need_skips_and_fails_where_ci_promised_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.support import needs
+
+    monkeypatch.setattr(needs.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(needs.os, "geteuid", lambda: 1000)
+    checks = (
+        ("CC", needs.c_compiler, "C compiler"),
+        ("ROOT", lambda: needs.root("to switch to nobody"), "needs root"),
+        ("USERNS", needs.user_namespaces, "namespaces"),
+    )
+    for name, check, reason in checks:
+        monkeypatch.setattr(needs, "_PROMISED", frozenset())
+        with pytest.raises(pytest.skip.Exception, match=reason):
+            check()
+        monkeypatch.setattr(needs, "_PROMISED", frozenset({name}))
+        with pytest.raises(pytest.fail.Exception, match=f"TURNKEEP_REQUIRE_{name}=1"):
+            check()

@@ -8,7 +8,6 @@ what to do, exit status 1, and a traceback only with `--debug`.
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from tests.cli.support import (
     one_line_error,
     store_dir,
 )
+from tests.support import needs
 
 from turnkeep import AgentLoop
 from turnkeep.agent.messages import derive_messages, encode_messages
@@ -154,8 +154,8 @@ def test_newer_format(store: Store) -> None:
     assert "upgrade" in line.lower()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 def test_store_owned_by_another_user(store: Store) -> None:
+    needs.root("to give a directory away")
     asyncio.run(converse(store, "s", prompts=("hi",)))
     with chowned(store_dir(store)):
         for command in (("ls",), ("show", "s")):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.support import needs
 
 from plugins.jsonl.helpers import meta, turn
 from support.faultyops import CountedTokens, NoSyncFileOps
@@ -283,8 +284,8 @@ READ_AS_NOBODY = (
 )
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become nobody")
 def test_nobody_can_read_a_session_file(tmp_path: Path) -> None:
+    needs.root("to become nobody")
     top = Path(tempfile.mkdtemp())
     try:
         top.chmod(0o755)  # only the store's own modes stand in the way

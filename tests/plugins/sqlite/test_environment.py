@@ -23,6 +23,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from tests.support import needs
 from tests.support.worker_client import worker_argv
 
 from turnkeep.errors import (
@@ -342,8 +343,7 @@ def _nobody_store(base: Path) -> Path:
 
 
 def _needs_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to nobody")
+    needs.root("to switch to nobody")
 
 
 def test_read_only_database_file(shared_dir: Path) -> None:
@@ -380,12 +380,7 @@ def test_database_owned_by_another_user(shared_dir: Path) -> None:
 
 
 def test_read_only_file_system(tmp_path: Path) -> None:
-    unshare = shutil.which("unshare")
-    if (
-        unshare is None
-        or subprocess.run([unshare, "-rm", "true"], check=False).returncode
-    ):
-        pytest.skip("user and mount namespaces are not available")
+    unshare = needs.user_namespaces()
     store = tmp_path / "store"
     path = store / "s.sqlite3"
     assert _once(path)["outcome"] == "ok"

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.support import needs
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "_faultrun.py"
@@ -35,9 +35,7 @@ RUNNER = HERE / "_faultrun.py"
 
 @pytest.fixture(scope="session")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the fault-injection shim")
+    compiler = needs.c_compiler()  # to build the fault-injection shim
     out = tmp_path_factory.mktemp("shim") / "faultshim.so"
     subprocess.run(
         [

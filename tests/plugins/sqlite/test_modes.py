@@ -21,6 +21,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from tests.support import needs
 from tests.support.worker_client import worker_argv
 
 from turnkeep.errors import StorageError
@@ -96,8 +97,7 @@ async def test_a_shared_writable_directory_is_refused(
 
 @pytest.mark.asyncio
 async def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give the directory away")
+    needs.root("to give the directory away")
     store = tmp_path / "store"
     store.mkdir(mode=0o700)
     os.chown(store, NOBODY, NOBODY)
@@ -174,8 +174,7 @@ def _nobody_reads(path: Path) -> str:
 
 @pytest.mark.asyncio
 async def test_nobody_can_read_no_session_file(reachable_dir: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to nobody")
+    needs.root("to switch to nobody")
     path = reachable_dir / "store" / "s.sqlite3"
     backend = await _write_some(path)
     try:
