@@ -104,3 +104,54 @@ def test_configuration_example_is_valid(tmp_path: Path) -> None:
     assert "path" in config.backends["sqlite"]
     assert config.retention is not None
     assert config.retention.older_than.days == 30
+
+
+NOT_RUN = ("# fragment", "# not run")
+"""A block starting with one of these says so on the page, and only compiles."""
+
+
+def _python_blocks() -> list[tuple[str, int, str]]:
+    found: list[tuple[str, int, str]] = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text()
+        for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
+            line = text[: match.start()].count("\n") + 2
+            found.append((str(path.relative_to(ROOT)), line, match.group(1)))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("page", "line", "code"),
+    _python_blocks(),
+    ids=[f"{page}:{line}" for page, line, _ in _python_blocks()],
+)
+def test_every_python_block_in_the_docs_runs_as_written(
+    page: str,
+    line: int,
+    code: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ast
+
+    name = f"{page}:{line}"
+    if code.startswith(NOT_RUN):
+        # Fragments of a page's running example: they must still parse.
+        compile(code, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        return
+    monkeypatch.chdir(tmp_path)  # relative store paths land here
+    for variable in ("XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.setenv(variable, str(tmp_path / variable))
+    exec(compile(code, name, "exec"), {"__name__": "__main__"})  # noqa: S102 - our own docs
+
+
+def test_blocks_that_do_not_run_are_few_and_marked() -> None:
+    marked = [(p, n) for p, n, code in _python_blocks() if code.startswith(NOT_RUN)]
+    pages = {p for p, _ in marked}
+    # The agent loop's page is one running example in fragments; elsewhere
+    # only what needs a network model or a test runner.
+    assert pages <= {
+        "docs/agent-loop.md",
+        "docs/openai-agents.md",
+        "docs/writing-a-backend.md",
+    }, marked
