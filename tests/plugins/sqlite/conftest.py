@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from tests.support import needs
 from tests.support.worker_client import SpawnWorker, spawned_workers
 from tests.support.workload import seeded_rng
 
@@ -123,3 +125,24 @@ def spawn_worker() -> Iterator[SpawnWorker]:
     """Start SQLite worker processes (stopped at the end of the test)."""
     with spawned_workers("sqlite") as spawn:
         yield spawn
+
+
+@pytest.fixture(scope="session")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`faultshim.c` built as a preload library (fault injection in SQLite's I/O)."""
+    compiler = needs.c_compiler()  # to build the fault-injection shim
+    out = tmp_path_factory.mktemp("shim") / "faultshim.so"
+    subprocess.run(
+        [
+            compiler,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            str(out),
+            str(Path(__file__).parent / "faultshim.c"),
+            "-ldl",
+        ],
+        check=True,
+    )
+    return out

@@ -27,30 +27,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from tests.support import needs
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "_faultrun.py"
-
-
-@pytest.fixture(scope="session")
-def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    compiler = needs.c_compiler()  # to build the fault-injection shim
-    out = tmp_path_factory.mktemp("shim") / "faultshim.so"
-    subprocess.run(
-        [
-            compiler,
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-o",
-            str(out),
-            str(HERE / "faultshim.c"),
-            "-ldl",
-        ],
-        check=True,
-    )
-    return out
 
 
 def run(args: list[str], *, shim: Path | None, match: Path) -> dict[str, Any]:

@@ -66,7 +66,7 @@ from turnkeep_sqlite.schema import (
     connect_reader,
     connect_writer,
 )
-from turnkeep_sqlite.sqlerrors import storage_error as sql_storage_error
+from turnkeep_sqlite.sqlerrors import is_full, storage_error as sql_storage_error
 from turnkeep_sqlite.writer import Tx, Unknown, Writer, WriterStats
 
 __all__ = ["SqlitePersistence"]
@@ -313,10 +313,34 @@ class SqlitePersistence:
             SessionHeldError: another live owner holds it, and not `force`.
         """
         session_id = validate_session_id(session_id)
-        await self._write(
-            lambda tx: writes.delete(tx, self._state, session_id, force=force)
-        )
+        try:
+            await self._write(
+                lambda tx: writes.delete(tx, self._state, session_id, force=force)
+            )
+        except StorageError as exc:
+            if not is_full(exc):
+                raise
+            raise await self._no_room_to_delete(session_id) from exc
         self._damaged.forget(session_id)
+
+    async def _no_room_to_delete(self, session_id: str) -> StorageError:
+        """The error of a delete the full disk refused, saying how much to free."""
+        try:
+            need = await self._readers.run(
+                lambda conn: reads.deletion_room(conn, session_id)
+            )
+        except (sqlite3.Error, StorageError):
+            need = None
+        room = f"about {need:,} bytes" if need is not None else "room"
+        return StorageError(
+            f"SQLite database {self.path}: the disk is full, and nothing was "
+            f"deleted: SQLite writes the pages a delete changes to its "
+            f"write-ahead log before any space is freed, which needs {room} "
+            f"for session {session_id!r}. Free at least that much on the "
+            "database's file system (or remove the whole database file) and "
+            "retry, with a new process: this one stops writing after a failed "
+            "write (R6)"
+        )
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (the backend keeps `event_count`)."""

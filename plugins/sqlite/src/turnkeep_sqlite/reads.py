@@ -254,6 +254,25 @@ def _gc_paused() -> Generator[None]:
             gc.enable()
 
 
+def deletion_room(conn: sqlite3.Connection, session_id: str) -> int:
+    """About how many bytes of write-ahead log deleting `session_id` writes.
+
+    With `secure_delete` every page the session's rows free is rewritten
+    (zeroed), and each page written goes to the WAL first: its stored
+    bytes, rounded up to pages, plus a page per 64 rows for the b-tree and
+    index pages above them, plus a few for the `sessions` row and its
+    indexes.
+    """
+    page: int = conn.execute("PRAGMA page_size").fetchone()[0]
+    stored, rows = conn.execute(
+        "SELECT coalesce(sum(length(raw) + length(type) + 32), 0), count(*) "
+        "FROM events WHERE session_key = (SELECT key FROM sessions WHERE id = ?)",
+        (session_id,),
+    ).fetchone()
+    pages = -(-int(stored) // page) + int(rows) // 64 + 8
+    return pages * (page + 24) + 32  # a WAL frame header per page, a file header
+
+
 def has(conn: sqlite3.Connection, session_id: str) -> bool:
     """Whether `session_id` is stored (visible)."""
     return (

@@ -15,7 +15,14 @@ from typing import Final
 
 from turnkeep.errors import StorageError
 
-__all__ = ["is_busy", "is_corrupt", "is_io", "primary_code", "storage_error"]
+__all__ = [
+    "is_busy",
+    "is_corrupt",
+    "is_full",
+    "is_io",
+    "primary_code",
+    "storage_error",
+]
 
 # Primary result codes (sqlite3.h); Python 3.11 exposes the extended code.
 _PERM: Final = 3
@@ -49,6 +56,16 @@ def is_busy(exc: sqlite3.Error) -> bool:
 def is_io(exc: sqlite3.Error) -> bool:
     """Whether `exc` is a storage failure (I/O, full, read-only, damaged)."""
     return primary_code(exc) in _IO_CODES
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, is `SQLITE_FULL`."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlite3.Error) and primary_code(seen) == _FULL:
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def is_corrupt(exc: sqlite3.Error) -> bool:
