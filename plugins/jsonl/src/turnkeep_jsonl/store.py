@@ -89,6 +89,10 @@ class Store:
                     return None
                 fd = self._make_root()
             except NotADirectoryError as exc:
+                if self._is_link(path):  # a link fails this way too
+                    raise self._open_error(
+                        f"cannot open the store directory {path}", path, None, exc
+                    ) from exc
                 error = StorageError(
                     f"{path} is a file; the JSONL store is a directory"
                 )
@@ -152,6 +156,12 @@ class Store:
                 ops.close(fd)
                 raise
         return fd
+
+    def _is_link(self, name: str, dir_fd: int | None = None) -> bool:
+        try:
+            return stat.S_ISLNK(self.ops.stat(name, dir_fd=dir_fd).st_mode)
+        except OSError:
+            return False
 
     def _open_error(
         self, what: str, name: str, dir_fd: int | None, exc: OSError
