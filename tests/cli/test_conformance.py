@@ -35,6 +35,14 @@ def test_an_unknown_backend_is_one_line() -> None:
     assert "'nosuch'" in one_line_error(result)
 
 
+def test_the_built_in_memory_backend_is_named_as_such() -> None:
+    result = cli("conformance", "--backend", "memory")
+    assert result.exit_code == 1
+    line = one_line_error(result)
+    assert "'memory' is turnkeep's built-in reference backend" in line
+    assert "not installed" not in line.replace("not an installed plugin", "")
+
+
 def test_says_when_pytest_is_missing() -> None:
     code = (
         "import sys; sys.modules['pytest'] = None; sys.argv = ['turnkeep', "

@@ -245,10 +245,19 @@ def test_import_refuses_a_damaged_or_newer_export(store: Store, tmp_path: Path) 
     damaged.write_bytes(data.replace(b"reply 0", b"reply X"))
     result = cli("import", str(damaged), store=store)
     assert result.exit_code == 1
-    assert "damaged or incomplete" in one_line_error(result)
+    line = one_line_error(result)
+    events = len(data.splitlines()) - 1
+    # The count matches: the message says the content changed, not the count.
+    assert "was changed after it was written" in line
+    assert f"its {events} events do not match the checksum" in line
     truncated = tmp_path / "truncated.jsonl"
     truncated.write_bytes(b"\n".join(data.splitlines()[:-2]) + b"\n")
-    assert cli("import", str(truncated), store=store).exit_code == 1
+    cut = cli("import", str(truncated), store=store)
+    assert cut.exit_code == 1
+    assert (
+        f"its header says {events} events, the file holds {events - 2}"
+        in one_line_error(cut)
+    )
     newer = tmp_path / "newer.jsonl"
     newer.write_bytes(data.replace(b'"version":1', b'"version":99', 1))
     result = cli("import", str(newer), store=store)

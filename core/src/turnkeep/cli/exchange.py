@@ -400,12 +400,20 @@ def _plan_export(
     ]
     lines = [line for _, line in numbered]
     body = b"".join(line + b"\n" for line in lines)
-    if len(lines) != header.events or hashlib.sha256(body).hexdigest() != header.sha256:
+    if len(lines) != header.events:
         raise input_error(
             name,
             1,
-            f"the export of {header.meta.id!r} is damaged or incomplete (expected "
-            f"{header.events} events with its checksum, found {len(lines)}); "
+            f"the export of {header.meta.id!r} is incomplete or has lines added: "
+            f"its header says {header.events} events, the file holds "
+            f"{len(lines)}; export it again",
+        )
+    if hashlib.sha256(body).hexdigest() != header.sha256:
+        raise input_error(
+            name,
+            1,
+            f"the export of {header.meta.id!r} was changed after it was written: "
+            f"its {len(lines)} events do not match the checksum in its header; "
             "export it again",
         )
     try:
