@@ -90,3 +90,16 @@ def test_an_existing_store_reads_as_before(tmp_path: Path) -> None:
     store = make_store("jsonl", tmp_path)
     asyncio.run(converse(store, "s", prompts=("hi",)))
     assert "s" in cli("ls", store=store).stdout
+
+
+def test_only_a_refused_access_is_told_to_check_permissions() -> None:
+    import errno
+
+    from turnkeep.cli.runtime import describe_error
+    from turnkeep.errors import StorageError
+
+    denied = StorageError("cannot use /x for the SQLite database: Permission denied")
+    denied.__cause__ = PermissionError(errno.EACCES, "Permission denied")
+    assert "check the store's location and permissions" in describe_error(denied)
+    damaged = StorageError("/x is not an SQLite database; point `path` at a new file")
+    assert "permissions" not in describe_error(damaged)

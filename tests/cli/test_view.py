@@ -180,6 +180,8 @@ def test_unreadable_store(store: Store, tmp_path: Path) -> None:
     assert "is a file; the jsonl store is a directory" in line.lower() or (
         "not an sqlite database" in line.lower()
     )
+    # Damage is not a permissions problem: no advice to check them.
+    assert "permissions" not in line
 
 
 def test_unknown_store_backend_and_bad_specs() -> None:

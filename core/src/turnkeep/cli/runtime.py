@@ -17,6 +17,7 @@ Tracebacks are printed only with `--debug`.
 from __future__ import annotations
 
 import asyncio
+import errno
 import sys
 import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -190,6 +191,23 @@ async def open_store(
         await host.aclose()
 
 
+_DENIED: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def _denied(exc: BaseException) -> bool:
+    """Whether a storage error comes from the system refusing access.
+
+    Only then is "check the permissions" advice; a damaged file or another
+    application's database says what to do in its own message.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DENIED:
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def _check_exists(spec: StoreSpec) -> None:
     path = spec.options.get("path")
     if path is None or Path(path).exists():
@@ -283,7 +301,7 @@ def describe_error(exc: BaseException, session_id: str | None = None) -> str:
         return f"{message} (upgrade turnkeep and its backend to read it)"
     if isinstance(exc, SessionExistsError):
         return f"{message} (choose another id)"
-    if isinstance(exc, StorageError):
+    if isinstance(exc, StorageError) and _denied(exc):
         return f"{message} (check the store's location and permissions)"
     if isinstance(exc, ConfigurationError):
         return f"{message} (see `turnkeep plugins` and docs/configuration.md)"
