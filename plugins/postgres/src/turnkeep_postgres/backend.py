@@ -49,7 +49,12 @@ from turnkeep_postgres import audit, cancel, reads, writes
 from turnkeep_postgres.config import PostgresConfig
 from turnkeep_postgres.follow import CommitListener
 from turnkeep_postgres.schema import check_server, configure_connection, migrate
-from turnkeep_postgres.sqlerrors import connection_lost, describe_server, storage_error
+from turnkeep_postgres.sqlerrors import (
+    connection_lost,
+    describe_server,
+    disk_full,
+    storage_error,
+)
 from turnkeep_postgres.statements import Queries
 from turnkeep_postgres.writer import Op, Unknown, Writer, WriterStats
 
@@ -356,9 +361,32 @@ class PostgresPersistence:
                 `force`.
         """
         session_id = validate_session_id(session_id)
-        await self._write(writes.delete(self._state, session_id, force=force))
+        try:
+            await self._write(writes.delete(self._state, session_id, force=force))
+        except StorageError as exc:
+            if not disk_full(exc):
+                raise
+            raise await self._no_room_to_delete(session_id) from exc
         self._damaged.forget(session_id)
         self._doubt.pop(session_id, None)
+
+    async def _no_room_to_delete(self, session_id: str) -> StorageError:
+        """The error of a delete refused for lack of disk, with how much to free."""
+        try:
+            need: int | None = await self._read(
+                f"sizing {session_id!r}",
+                lambda conn, q: reads.deletion_room(conn, q, session_id),
+            )
+        except StorageError:
+            need = None
+        room = f"about {need:,} bytes" if need is not None else "room"
+        return StorageError(
+            f"PostgreSQL at {self._where}: the server's disk is full, and nothing "
+            "was deleted: PostgreSQL writes a delete to its write-ahead log before "
+            f"any space is freed, which needs {room} for session {session_id!r}. "
+            "Free at least that much where the server keeps its data and WAL, "
+            "then retry"
+        )
 
     async def update(self, session_id: str, summary: SessionSummary) -> None:
         """Replace the summary (the backend keeps `event_count`)."""

@@ -355,6 +355,24 @@ def _row_order(row: tuple[Any, ...]) -> tuple[int, str]:
     return (-int(row[4]), str(row[0]))  # (updated_at DESC, id), as queried
 
 
+async def deletion_room(
+    conn: AsyncConnection[Any], queries: Queries, session_id: str
+) -> int:
+    """About how many bytes of WAL deleting `session_id` can write.
+
+    After a checkpoint, the first change to each heap and index page is
+    logged as a full-page image: the rows' bytes rounded up to 8 KiB pages
+    (tuple headers and a line pointer each), index pages for the rows, and
+    a deletion record per row, plus some pages for the session's own row.
+    """
+    cur = await conn.execute(queries.deletion_size, {"id": session_id})
+    found = await cur.fetchone()
+    stored, rows = (int(found[0]), int(found[1])) if found is not None else (0, 0)
+    page = 8192
+    pages = -(-(stored + rows * 28) // page) + rows // 200 + 8
+    return pages * page + rows * 64
+
+
 async def has(conn: AsyncConnection[Any], queries: Queries, session_id: str) -> bool:
     """Whether a session is stored (has at least one durable flush)."""
     cur = await conn.execute(queries.has, {"id": session_id})

@@ -13,7 +13,13 @@ from psycopg import conninfo
 
 from turnkeep.errors import StorageError
 
-__all__ = ["connection_lost", "describe_error", "describe_server", "storage_error"]
+__all__ = [
+    "connection_lost",
+    "describe_error",
+    "describe_server",
+    "disk_full",
+    "storage_error",
+]
 
 # SQLSTATE classes and codes whose meaning we name in the message.
 _HINTS: dict[str, str] = {
@@ -61,6 +67,16 @@ def _reason(exc: psycopg.Error) -> tuple[str, str]:
     text = str(exc).strip()
     detail = text.splitlines()[0] if text else type(exc).__name__
     return sqlstate, f"{hint}: {detail}" if hint else detail
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, is the server's full disk."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg.Error) and seen.sqlstate == "53100":
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def describe_error(exc: psycopg.Error) -> str:

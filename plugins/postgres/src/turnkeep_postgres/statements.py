@@ -84,6 +84,7 @@ class Queries:
     update: bytes
     append_summary: bytes
     delete: bytes
+    deletion_size: bytes
     has: bytes
     held: bytes
     load_meta: bytes
@@ -284,6 +285,12 @@ def _texts() -> dict[str, LiteralString]:
             " AND (%(force)s OR {free}) RETURNING 1"
         ),
         "has": "SELECT 1 FROM {sessions} WHERE id = %(id)s AND next_seq > 0",
+        # What deleting a session writes to the WAL at most: each heap page of
+        # its rows (a full-page image after a checkpoint), by their size.
+        "deletion_size": (
+            "SELECT COALESCE(sum(pg_column_size(e.*)), 0), count(*)"
+            " FROM {events} e WHERE e.session_id = %(id)s"
+        ),
         # A live hold is one nobody could take without `steal` (not {free}
         # for anyone else): an owner whose lease has not run out.
         "held": (
