@@ -30,6 +30,7 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    empty_checkpoint,
 )
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -685,6 +686,14 @@ def test_a_thread_another_writer_holds_is_not_pruned_or_deleted(
                 await other.sessions.open(session_id("t"))
                 with pytest.raises(SessionLockedError):
                     await saver.aprune(["t"])
+                # A write names the thread and what to do, not `steal=True`,
+                # which the saver does not offer.
+                with pytest.raises(SessionLockedError) as raised:
+                    await saver.aput(generate_config("t"), empty_checkpoint(), {}, {})
+                assert "thread 't' is being written by another live process" in str(
+                    raised.value
+                )
+                assert "steal" not in str(raised.value)
                 with pytest.raises(SessionHeldError):
                     await saver.adelete_thread("t")
 

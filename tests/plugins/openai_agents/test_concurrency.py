@@ -25,6 +25,7 @@ from tests.plugins.openai_agents.conftest import Sessions, kind_params
 from sdk_agent import make_agent
 from turnkeep import Config, Host
 from turnkeep.errors import ConfigurationError, SessionLockedError
+from turnkeep.events import UserMessageData
 from turnkeep.storespec import parse_spec
 from turnkeep_openai_agents import TurnkeepSession, shutdown
 
@@ -206,3 +207,24 @@ def _catch(fn: Callable[[], None], errors: list[BaseException]) -> None:
         fn()
     except BaseException as exc:
         errors.append(exc)
+
+
+@pytest.mark.asyncio
+async def test_a_conversation_another_process_writes_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    spec = f"sqlite:{tmp_path / 's.db'}"
+    overrides = parse_spec(spec).overrides()
+    async with Host(Config(**overrides)) as other:  # another writer holds it
+        held = other.sessions.create("held")
+        held.append(UserMessageData(text="written elsewhere"))
+        await held.flush()
+        session = TurnkeepSession("held", spec)
+        try:
+            with pytest.raises(SessionLockedError) as raised:
+                await session.add_items([item(0, 0)])
+        finally:
+            session.close()
+    message = str(raised.value)
+    assert "conversation 'held' is being written by another live process" in message
+    assert "steal" not in message, "TurnkeepSession offers no steal=True"

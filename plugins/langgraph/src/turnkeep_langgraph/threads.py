@@ -28,7 +28,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
 
-from turnkeep.errors import FlushError, SessionExistsError, SessionNotFoundError
+from turnkeep.errors import (
+    FlushError,
+    SessionExistsError,
+    SessionHeldError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
 from turnkeep.ids import MAX_SESSION_ID_BYTES
@@ -278,7 +284,19 @@ class ThreadStore:
             self._held.move_to_end(sid)
             return held
         await self._restore(thread_id)
-        session = await self.host.sessions.open(sid)
+        try:
+            session = await self.host.sessions.open(sid)
+        except SessionHeldError:
+            raise
+        except SessionLockedError as exc:
+            # The backend's message offers `claim(steal=True)`, which the
+            # saver does not: say what its user can do.
+            raise SessionLockedError(
+                f"thread {thread_id!r} is being written by another live process; "
+                "run a thread's graph from one process at a time, or close the "
+                "other saver (a process that died lets go of it: at once on "
+                "JSONL and SQLite, when its 30 s lease runs out on PostgreSQL)"
+            ) from exc
         try:
             if not session.events:
                 session.append(ThreadData(thread_id=thread_id))

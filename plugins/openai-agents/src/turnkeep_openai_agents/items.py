@@ -20,7 +20,13 @@ from typing import Any, Final, cast
 import attrs
 import msgspec
 
-from turnkeep.errors import FlushError, SessionCorruptError, SessionNotFoundError
+from turnkeep.errors import (
+    FlushError,
+    SessionCorruptError,
+    SessionHeldError,
+    SessionLockedError,
+    SessionNotFoundError,
+)
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
 from turnkeep.lossless import checks_for
@@ -191,7 +197,19 @@ class StoreItems:
             # Taken over by another process: what this one held is theirs now.
             await self.host.sessions.abandon(shared.live.id, reason="taken over")
         shared.live = None
-        shared.live = await self.host.sessions.open(shared.session_id)
+        try:
+            shared.live = await self.host.sessions.open(shared.session_id)
+        except SessionHeldError:
+            raise
+        except SessionLockedError as exc:
+            # The backend's message offers `claim(steal=True)`, which this
+            # class does not: say what its user can do.
+            raise SessionLockedError(
+                f"conversation {shared.session_id!r} is being written by another "
+                "live process; use it from one process at a time, or close the "
+                "other one (a process that died lets go of it: at once on JSONL "
+                "and SQLite, when its 30 s lease runs out on PostgreSQL)"
+            ) from exc
         return shared.live
 
     async def _flush(self, shared: Shared, session: Session) -> None:
