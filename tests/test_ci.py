@@ -7,8 +7,7 @@
   `PATH`, so the machine's server and packages are never touched and the
   suite does not recurse.
 - `.ci/run` requires the browser tests (`TURNKEEP_REQUIRE_CHROMIUM=1`);
-  elsewhere they skip where Chromium is missing, naming its install. It
-  requires the coding agent's cgroup test too (`TURNKEEP_REQUIRE_CGROUP=1`).
+  elsewhere they skip where Chromium is missing, naming its install.
 - `tests/support/skipguard.py` fails a run in which a `postgres` test
   skipped where PostgreSQL is required, a `browser` test where Chromium
   is, or a `litellm` test where LiteLLM's proxy is (checked in pytester
@@ -362,10 +361,14 @@ def test_a_missing_need_skips_and_fails_where_ci_promised_it(
 
     monkeypatch.setattr(needs.shutil, "which", lambda _name: None)
     monkeypatch.setattr(needs.os, "geteuid", lambda: 1000)
+    from coding_agent import cgroups
+
+    monkeypatch.setattr(cgroups, "base", lambda: None)
     checks = (
         ("CC", needs.c_compiler, "C compiler"),
         ("ROOT", lambda: needs.root("to switch to nobody"), "needs root"),
         ("USERNS", needs.user_namespaces, "namespaces"),
+        ("CGROUP", needs.cgroup, "cgroup v2"),
     )
     for name, check, reason in checks:
         monkeypatch.setattr(needs, "_PROMISED", frozenset())

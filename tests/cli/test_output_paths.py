@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.cli.support import Store, cli, converse, one_line_error
+from tests.support import needs
 
 from turnkeep.cli.files import safe_folder, write_private
 from turnkeep.errors import UnsafePathError
@@ -158,10 +159,10 @@ def _planted(sticky: Path, target: Path, *, uid: int) -> Path:
     return link
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link away needs root")
 def test_a_folder_through_another_users_link_in_a_sticky_folder_is_refused(
     exported: Store, sticky: Path, tmp_path: Path
 ) -> None:
+    needs.root("to give a link away")
     target = tmp_path / "root-only"
     target.mkdir(mode=0o700)
     link = _planted(sticky, target, uid=NOBODY)
@@ -184,10 +185,10 @@ def test_a_folder_through_another_users_link_in_a_sticky_folder_is_refused(
     assert list(target.iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder away needs root")
 def test_links_the_rule_allows_are_followed(
     exported: Store, sticky: Path, tmp_path: Path
 ) -> None:
+    needs.root("to give a folder away")
     target = tmp_path / "mine"
     target.mkdir(mode=0o700)
     link = _planted(sticky, target, uid=os.geteuid())  # our own link

@@ -5,10 +5,11 @@ skipped the group kill (the supervisor had exited) and the command's
 processes lived on, re-parented past it. Now the group is killed whether or
 not the supervisor lives, and where a cgroup v2 is delegated to this process
 the processes that also left the group with `setsid` are killed through it.
-That test needs the delegation: it skips where the system gives none, and
-fails there too when `TURNKEEP_REQUIRE_CGROUP=1` (which `.ci/run` sets, as
-the CI machine delegates one). And a 550-process tree is ended by the
-supervisor itself within `STOP_GRACE`, not by the kill that follows it.
+That test needs the delegation (`tests.support.needs.cgroup`): it skips
+where the system gives none, and fails there when
+`TURNKEEP_REQUIRE_CGROUP=1` (which `.ci/run` sets where the machine
+delegates one). And a 550-process tree is ended by the supervisor itself
+within `STOP_GRACE`, not by the kill that follows it.
 
 "Gone" here means not alive: a process re-parented to init is reaped by
 init, which some containers' init never does (a zombie holds no resources
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support import needs
 
 from coding_agent import Workspace, cgroups, reaper
 from coding_agent.tools import RunCommand
@@ -99,24 +101,11 @@ async def test_a_command_that_exits_after_killing_its_supervisor_leaves_nothing(
     assert [pid for pid in left if alive(pid)] == []
 
 
-def _cgroup_or_skip() -> None:
-    if cgroups.base() is not None:
-        return
-    reason = (
-        "no cgroup v2 is delegated to this process (cgroup2 not mounted "
-        "read-write, or not writable here): processes that left the group "
-        "with setsid can outlive a supervisor the command killed"
-    )
-    if os.environ.get("TURNKEEP_REQUIRE_CGROUP") == "1":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.mark.asyncio
 async def test_processes_that_left_with_setsid_die_with_a_killed_supervisor(
     workspace: Workspace,
 ) -> None:
-    _cgroup_or_skip()
+    needs.cgroup()
     script = (
         "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo $! > pids; "
         'setsid sh -c "sleep 300 & echo \\$! >> pids; wait" & '

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import needs
 
 from coding_agent import Workspace, workspace_tools
 from turnkeep import Tool, ToolContext
@@ -97,8 +98,8 @@ async def test_a_fifo_swapped_in_after_the_check_opens_without_waiting(
 
 
 @pytest.mark.asyncio
-@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
 async def test_a_device_is_refused(workspace: Workspace) -> None:
+    needs.root("to make a device node")
     os.mknod(workspace.root / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
     with pytest.raises(ToolError, match="device"):
         await run(workspace, "read_file", path="zero")

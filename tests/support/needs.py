@@ -1,11 +1,11 @@
-"""What some tests need from the machine: root, user namespaces, a C compiler.
+"""What some tests need from the machine: root, namespaces, a compiler, cgroups.
 
 A test that needs one asks here first. Where the machine lacks it, the test
 skips with a reason naming what is missing. Where `.ci/run` promised it
-(`TURNKEEP_REQUIRE_ROOT`, `TURNKEEP_REQUIRE_USERNS`, `TURNKEEP_REQUIRE_CC`
-set to `1`: it installs a compiler if there is none, and says what it
-cannot provide), the test fails instead, so a green CI run never hides a
-test CI could have run (R20).
+(`TURNKEEP_REQUIRE_ROOT`, `TURNKEEP_REQUIRE_USERNS`, `TURNKEEP_REQUIRE_CC`,
+`TURNKEEP_REQUIRE_CGROUP` set to `1`: it installs a compiler if there is
+none, and says what it cannot provide), the test fails instead, so a
+green CI run never hides a test CI could have run (R20).
 
 The promises are read when this module is imported, before fixtures that
 clear `TURNKEEP_*` from the environment run.
@@ -22,7 +22,7 @@ import pytest
 
 _PROMISED: Final = frozenset(
     name
-    for name in ("ROOT", "USERNS", "CC")
+    for name in ("ROOT", "USERNS", "CC", "CGROUP")
     if os.environ.get(f"TURNKEEP_REQUIRE_{name}") == "1"
 )
 
@@ -59,3 +59,16 @@ def c_compiler() -> str:
     if found is None:
         _missing("CC", "needs a C compiler (apt-get install -y gcc libc6-dev)")
     return found
+
+
+def cgroup() -> None:
+    """A cgroup v2 delegated to this process (the coding agent's commands)."""
+    from coding_agent import cgroups
+
+    if cgroups.base() is None:
+        _missing(
+            "CGROUP",
+            "needs a cgroup v2 delegated to this process (cgroup2 mounted "
+            "read-write and writable here): without one, processes that left "
+            "a command's group with setsid can outlive a supervisor it killed",
+        )
