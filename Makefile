@@ -20,10 +20,8 @@ FAST_TESTS := tests/core tests/loop tests/conformance/test_memory.py \
 	tests/plugins/jsonl/test_conformance.py::TestJsonlBackend::test_a_conversation_round_trips \
 	tests/plugins/sqlite/test_conformance.py::TestSqliteBackend::test_a_conversation_round_trips
 
-# `--dist loadgroup`: the tests of one `xdist_group` (LiteLLM's proxy, which
-# takes 10-50 s to start) share a worker, so one proxy serves them all.
 test: ## The whole suite, what CI runs; prints the slowest tests and test groups
-	$(SYNC) && $(UV) run --no-sync pytest -n auto --dist loadgroup --durations=25
+	$(SYNC) && $(UV) run --no-sync pytest -n auto --durations=25
 
 test-fast: ## The edit-test loop: core, loop, memory conformance, a JSONL and a SQLite smoke; stops at the first failure
 	$(SYNC) && $(UV) run --no-sync pytest -n auto -x -m "not crash and not slow" $(FAST_TESTS)

@@ -33,7 +33,6 @@ from turnkeep.events import AssistantMessage, TurnEnd, TurnFailure
 pytestmark = [
     pytest.mark.litellm,
     pytest.mark.slow,  # the proxy takes 10-50 s to start: not in `make test-fast`
-    pytest.mark.xdist_group("litellm"),
 ]
 
 
@@ -43,7 +42,13 @@ class MakeModel(Protocol):
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    """One proxy for the module (it takes 10-50 s to start)."""
+    """One proxy per worker process that runs tests of this module.
+
+    It takes 10-50 s to start. xdist's `--dist loadgroup` would keep the
+    module on one worker, but with pytest 9 its group marks have no effect
+    (it renames `item._nodeid`, which pytest no longer reads), so under
+    `-n 2` the module may start two.
+    """
     try:
         with start_proxy(tmp_path_factory.mktemp("litellm")) as running:
             yield running
