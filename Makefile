@@ -2,7 +2,7 @@
 UV := ./scripts/uv
 SYNC := $(UV) sync --all-packages --locked --quiet
 
-.PHONY: help install demo test test-fast lint typecheck bench bench-all bench-full bench-docs soak test-postgres docs site screenshots
+.PHONY: help install demo test test-fast lint typecheck bench bench-all bench-full bench-docs soak mutate test-postgres docs site screenshots
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,6 +50,15 @@ bench-docs: ## A full run of bench_loop, bench_stream, bench_open, bench_pgfleet
 
 soak: ## Long randomised reliability runs (prints their seeds)
 	$(SYNC) && $(UV) run --no-sync pytest -m soak -p no:cacheprovider --soak
+
+# Mutation testing (cosmic-ray) of the JSONL writer, claim and scan, the SQLite
+# and PostgreSQL writes, the write-behind, the turn gate and the service's
+# guard: a seeded sample of mutants per area, each against the tests that own
+# it. Slow (tens of seconds a mutant), so never part of `make test`. Pass
+# options with MUTATE_ARGS, e.g. MUTATE_ARGS="jsonl --sample 0" for every
+# JSONL mutant.
+mutate: ## Mutation testing of the durability-critical modules (slow; not in make test): kill ratios and survivors
+	$(SYNC) --group mutate && $(UV) run --no-sync python scripts/mutate.py $(MUTATE_ARGS)
 
 test-postgres: ## Only the PostgreSQL tests
 	$(SYNC) && $(UV) run --no-sync pytest -m postgres

@@ -21,10 +21,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -377,3 +382,51 @@ def test_a_missing_need_skips_and_fails_where_ci_promised_it(
         monkeypatch.setattr(needs, "_PROMISED", frozenset({name}))
         with pytest.raises(pytest.fail.Exception, match=f"TURNKEEP_REQUIRE_{name}=1"):
             check()
+
+
+def _mutate_script() -> ModuleType:
+    path = ROOT / "scripts" / "mutate.py"
+    spec = importlib.util.spec_from_file_location("turnkeep_mutate_script", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def _recipe(target: str) -> str:
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    body = [line for line in lines[start + 1 :] if line.startswith("\t")]
+    return "\n".join(body[:1])
+
+
+def test_make_mutate_names_what_exists_and_stays_out_of_make_test() -> None:
+    mutate = _mutate_script()
+    assert {a.name for a in mutate.AREAS} == {
+        "jsonl",
+        "sqlite",
+        "postgres",
+        "writebehind",
+        "gate",
+        "guard",
+    }
+    for area in mutate.AREAS:
+        for path in (*area.modules, *area.tests):
+            # A file renamed away would make the area mutate nothing, or
+            # kill every mutant with "file not found".
+            assert (ROOT / path).is_file(), f"{area.name}: {path} does not exist"
+        config = tomllib.loads(mutate.config_text(area, 60.0))["cosmic-ray"]
+        assert config["module-path"] == list(area.modules)
+        command = shlex.split(config["test-command"])
+        assert command[-len(area.tests) :] == list(area.tests)
+        assert "-x" in command  # the first failing test kills the mutant
+        excluded = config["filters"]["operators-filter"]["exclude-operators"]
+        assert excluded == list(mutate.SKIPPED_OPERATORS)
+    assert "scripts/mutate.py" in _recipe("mutate")
+    assert "mutate" not in _recipe("test")
+    assert "mutate" not in _recipe("test-fast")
