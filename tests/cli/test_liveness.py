@@ -27,7 +27,7 @@ import pytest
 from tests.cli.conftest import make_store
 from tests.cli.support import Store, cli
 
-from turnkeep.persistence import probe_held
+from turnkeep.capabilities import probe_held
 
 TURN = Path(__file__).with_name("_turn.py")
 DEADLINE_S = 30.0

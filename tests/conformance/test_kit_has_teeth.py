@@ -23,6 +23,7 @@ BROKEN = textwrap.dedent(
         FormatVersionContract,
         HeldContract, IdsContract, ListContract, ListFilterContract,
         LoadAfterContract, LoadContract, MetadataContract, OwnershipContract,
+        PacksContract,
         SessionsContract, SummaryAppendContract, UnknownOutcomeContract,
     )
     from turnkeep.errors import StorageError
@@ -30,6 +31,36 @@ BROKEN = textwrap.dedent(
     from turnkeep.memory import MemoryPersistence, MemoryStorage
     from turnkeep.meta import FORMAT_VERSION
     from turnkeep.persistence import EventRecord, SessionPage, check_read_range
+
+
+    class CountsAPackAsOne(MemoryPersistence):
+        """Moves the next seq on by one per record, whatever it stands for."""
+
+        async def append(self, session_id, events, *, summary=None):
+            events = [EventRecord(r.seq, r.type, r.time, r.raw) for r in events]
+            await super().append(session_id, events, summary=summary)
+
+
+    class CountsRecords(MemoryPersistence):
+        """Counts stored records as the session's events."""
+
+        async def append(self, session_id, events, *, summary=None):
+            await super().append(session_id, events, summary=summary)
+            stored = self.storage.sessions[session_id]
+            counted = msgspec.structs.replace(
+                stored.meta.summary, event_count=len(stored.events)
+            )
+            stored.meta = msgspec.structs.replace(stored.meta, summary=counted)
+
+
+    class ReadsPacksBySeqOnly(MemoryPersistence):
+        """Reads by seq as if each record stood for one event."""
+
+        async def load_after(self, session_id, after, limit):
+            check_read_range(after, limit)
+            stored = self.storage.sessions[session_id]
+            pairs = zip(stored.firsts, stored.events)
+            return [raw for first, raw in pairs if first > after][:limit]
 
 
     class MergesReappends(MemoryPersistence):
@@ -299,6 +330,29 @@ BROKEN = textwrap.dedent(
         def make_backend(self):
             storage = MemoryStorage()
             return lambda: FencesTheDeletedHolderGenerically(storage)
+
+
+    class TestCountsAPackAsOne(PacksContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: CountsAPackAsOne(storage)
+
+
+    class TestCountsRecords(PacksContract):
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: CountsRecords(storage)
+
+
+    class TestReadsPacksBySeqOnly(PacksContract):
+        supports_load_after = True
+
+        @pytest.fixture
+        def make_backend(self):
+            storage = MemoryStorage()
+            return lambda: ReadsPacksBySeqOnly(storage)
 
 
     class TestMergesReappends(AppendContract):
@@ -928,6 +982,19 @@ EXPECTED_FAILURES = {
     },
     "TestFencesTheDeletedHolderGenerically": {
         "test_forced_delete_tells_the_holder_it_was_deleted",
+    },
+    "TestCountsAPackAsOne": {
+        "test_a_pack_round_trips_and_counts_as_its_events",
+        "test_an_append_inside_or_at_a_pack_is_refused",
+        "test_a_batch_whose_record_ignores_a_packs_span_is_refused",
+        "test_a_pack_ending_the_log_sets_the_last_seq",
+    },
+    "TestCountsRecords": {
+        "test_a_pack_round_trips_and_counts_as_its_events",
+        "test_a_pack_ending_the_log_sets_the_last_seq",
+    },
+    "TestReadsPacksBySeqOnly": {
+        "test_reads_by_seq_start_at_the_pack_holding_the_seq",
     },
     "TestSaysNotWrittenWhenUnsure": {
         "test_a_lost_acknowledgement_is_an_unknown_outcome",

@@ -16,6 +16,7 @@ import pytest
 from tests.support.delegating import Delegating
 
 from turnkeep import Config, Host
+from turnkeep.capabilities import filters_natively
 from turnkeep.conformance import BackendHarness
 from turnkeep.errors import InvalidListFilterError
 from turnkeep.listfilter import (
@@ -31,7 +32,6 @@ from turnkeep.persistence import (
     EventRecord,
     ListFilter as SeamListFilter,
     SessionPage,
-    filters_natively,
 )
 from turnkeep.testing import MemoryPersistence, MemoryStorage
 

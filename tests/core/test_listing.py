@@ -14,6 +14,7 @@ import pytest
 from tests.support.delegating import Delegating
 
 from turnkeep import Config, Host
+from turnkeep.capabilities import probe_held
 from turnkeep.conformance import BackendHarness
 from turnkeep.errors import ConfigurationError
 from turnkeep.listing import list_sessions, with_liveness
@@ -21,7 +22,6 @@ from turnkeep.meta import SessionHeader, SessionMeta, SessionStatus, SessionSumm
 from turnkeep.persistence import (
     EventRecord,
     SessionPage,
-    probe_held,
     validate_backend,
 )
 from turnkeep.testing import MemoryPersistence, MemoryStorage

@@ -7,12 +7,11 @@ import pytest
 
 from turnkeep.conformance import BackendHarness
 from turnkeep.errors import ConfigurationError, SessionNotFoundError
+from turnkeep.eventreads import last_durable_seq, read_after
 from turnkeep.memory import MemoryPersistence
 from turnkeep.persistence import (
     LoadedSession,
     SessionPersistence,
-    last_durable_seq,
-    read_after,
     validate_backend,
 )
 

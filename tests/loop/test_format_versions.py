@@ -14,6 +14,7 @@ import hashlib
 import itertools
 from pathlib import Path
 
+import attrs
 import pytest
 from tests.loop.support import BACKENDS, backend_host_config, backend_ready_async
 
@@ -32,6 +33,7 @@ from turnkeep.events import (
     UserMessageData,
 )
 from turnkeep.meta import FORMAT_VERSION, SessionHeader, SessionMeta, SessionSummary
+from turnkeep.packs import is_pack
 from turnkeep.persistence import EventRecord
 from turnkeep.testing import ScriptedModel
 
@@ -77,9 +79,9 @@ async def write_v1(host: Host, session_id: str) -> list[bytes]:
     return raws
 
 
-def test_this_version_writes_format_2() -> None:
-    assert FORMAT_VERSION == 2
-    assert SessionHeader(id="x").format_version == 2
+def test_this_version_writes_format_3() -> None:
+    assert FORMAT_VERSION == 3
+    assert SessionHeader(id="x").format_version == 3
 
 
 @pytest.mark.asyncio
@@ -109,7 +111,7 @@ async def test_a_version_1_log_loads_unchanged_and_keeps_its_version(
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", ALL)
-async def test_a_reader_of_version_1_refuses_a_version_2_session_untouched(
+async def test_a_reader_of_an_older_version_refuses_a_newer_session_untouched(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if name != "memory":
@@ -121,11 +123,13 @@ async def test_a_reader_of_version_1_refuses_a_version_2_session_untouched(
         session_id = loop.session_id
         backend = host.require_persistence()
         stored = await backend.load(session_id)
-        assert stored.meta.header.format_version == 2
+        assert stored.meta.header.format_version == FORMAT_VERSION
         before = _digest(tmp_path) if name != "memory" else None
         for module in VERSION_CHECKS[name]:
-            monkeypatch.setattr(f"{module}.FORMAT_VERSION", 1)
-        with pytest.raises(UnsupportedFormatError, match="format version 2"):
+            monkeypatch.setattr(f"{module}.FORMAT_VERSION", FORMAT_VERSION - 1)
+        with pytest.raises(
+            UnsupportedFormatError, match=f"format version {FORMAT_VERSION}"
+        ):
             await backend.load(session_id)
         if before is not None:
             assert _digest(tmp_path) == before
@@ -135,6 +139,33 @@ async def test_a_reader_of_version_1_refuses_a_version_2_session_untouched(
             )
         if before is not None and name == "jsonl":
             assert _digest(tmp_path) == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", ALL)
+async def test_a_session_created_in_format_2_is_read_by_a_reader_of_format_2(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fleet upgraded one worker at a time: the new code keeps creating
+    # format-2 sessions (no packs) until every worker reads format 3.
+    if name != "memory":
+        await backend_ready_async(name, tmp_path / "probe")
+    config = attrs.evolve(backend_host_config(name, tmp_path), session_format=2)
+    async with Host(config) as host:
+        reply = "a streamed reply " * 20
+        loop = AgentLoop.create("a", host=host, model=ScriptedModel([reply]))
+        await loop.run_turn("hello")
+        await loop.close()
+        session_id = loop.session_id
+        backend = host.require_persistence()
+        stored = await backend.load(session_id)
+        assert stored.meta.header.format_version == 2
+        assert not any(map(is_pack, stored.events))
+        for module in VERSION_CHECKS[name]:
+            monkeypatch.setattr(f"{module}.FORMAT_VERSION", 2)
+        again = await backend.load(session_id)
+        events = host.codec.decode_log(again.events, session_id=session_id)
+        assert len(events) == len(stored.events)
 
 
 def _digest(root: Path) -> str:

@@ -27,8 +27,9 @@ from turnkeep.audit import (
     audit_log,
     audit_record,
 )
+from turnkeep.capabilities import delete_session, probe_held
 from turnkeep.errors import SessionNotFoundError
-from turnkeep.persistence import SessionPersistence, delete_session, probe_held
+from turnkeep.persistence import SessionPersistence
 
 __all__ = ["claim_recorded", "delete_recorded", "note", "read_trail"]
 

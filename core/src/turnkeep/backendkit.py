@@ -12,6 +12,8 @@ needs to know the event vocabulary or the codec's byte layout:
   `stored_turn_end_by_head`, `count_stored_turn_ends` and
   `count_turn_ends_in_lines` for bytes a backend reads back;
 - `check_batch`: the seq and size checks every `append` makes first;
+- `stored_last_seq`: the last seq a stored record stands for (packs), and
+  `records_after`: a `load_after` answer cut from a whole log;
 - `outcome_unknown`: the error of an `append` that cannot tell whether its
   flush landed (a lost acknowledgement, a takeover racing it);
 - `newer_format` and `newer_schema`: the refusal of data newer than the code;
@@ -41,6 +43,7 @@ from turnkeep.errors import (
     UnsupportedFormatError,
 )
 from turnkeep.meta import FORMAT_VERSION, TURN_END_TYPE
+from turnkeep.packs import is_pack, record_last
 
 __all__ = [
     "TURN_END_HEAD_BYTES",
@@ -55,6 +58,8 @@ __all__ = [
     "newer_schema",
     "outcome_unknown",
     "positive",
+    "records_after",
+    "stored_last_seq",
     "stored_turn_end",
     "stored_turn_end_by_head",
 ]
@@ -130,6 +135,40 @@ def count_stored_turn_ends(raws: Iterable[bytes]) -> int:
     return turns
 
 
+def stored_last_seq(raw: bytes) -> int:
+    """The last seq stored record bytes stand for (see [packs]).
+
+    An event's own `seq`; for a packed record, the last seq of its range.
+    Backends that read seqs back from stored bytes (to check a log, or to
+    find a seq in it) use this instead of parsing records themselves.
+
+    Raises:
+        EventDecodeError: the bytes are not a readable record.
+    """
+    return record_last(raw)
+
+
+def records_after(records: Sequence[bytes], after: int, limit: int) -> list[bytes]:
+    """What `load_after(after, limit)` returns, cut from a whole log's records.
+
+    `records` are a session's durable records from seq 0 (what `load`
+    returns). For a backend whose `load_after` falls back to its `load`:
+    with packs, a record's index is not its seq.
+
+    Raises:
+        EventDecodeError: a pack is unreadable.
+    """
+    if not any(map(is_pack, records)):
+        return list(records[after + 1 : after + 1 + limit])
+    seq = 0
+    for index, raw in enumerate(records):
+        last = record_last(raw) if is_pack(raw) else seq
+        if last > after:
+            return list(records[index : index + limit])
+        seq = last + 1
+    return []
+
+
 def count_turn_ends_in_lines(buf: bytes, end: int, events: int) -> int | None:
     """How many turn ends the lines of `buf[:end]` hold, if their heads tell.
 
@@ -157,6 +196,7 @@ def _type_of(raw: bytes) -> object:
 
 _seq: Final = attrgetter("seq")
 _raw: Final = attrgetter("raw")
+_span: Final = attrgetter("span")
 
 
 def check_batch(
@@ -188,12 +228,25 @@ def check_batch(
     if not records:
         return
     first = records[0].seq if next_seq is None else next_seq
-    if all(map(eq, map(_seq, records), count(first))) and (
-        max_event_bytes is None or max(map(len, map(_raw, records))) <= max_event_bytes
+    if (
+        all(map(eq, map(_seq, records), count(first)))
+        and sum(map(_span, records)) == len(records)
+        and (
+            max_event_bytes is None
+            or max(map(len, map(_raw, records))) <= max_event_bytes
+        )
     ):
         return
+    expected = first
     for offset, record in enumerate(records):
-        expected = first + offset
+        if record.span < 1:
+            raise SequenceError(
+                f"session {session_id!r}: the record at seq {record.seq} stands "
+                f"for {record.span} events; nothing was written",
+                session_id=session_id,
+                expected=expected,
+                got=record.seq,
+            )
         if record.seq != expected:
             where = (
                 f"the append starts at seq {record.seq} but the stored log "
@@ -217,6 +270,7 @@ def check_batch(
                 "max_event_bytes, or store large content elsewhere and reference it",
                 event_type=record.type,
             )
+        expected += record.span
 
 
 def outcome_unknown(
@@ -237,7 +291,7 @@ def outcome_unknown(
             during COMMIT").
         fenced: this instance lost the writer role too.
     """
-    first, last = records[0].seq, records[-1].seq
+    first, last = records[0].seq, records[-1].last
     then = (
         "this process can no longer write the session: resume it afresh to see "
         "whether they are there"

@@ -43,9 +43,10 @@ from typing import Final, Protocol, cast
 import attrs
 import msgspec
 
+from turnkeep.capabilities import probe_held
 from turnkeep.errors import CancelUnsupportedError, SessionNotFoundError
 from turnkeep.ids import validate_session_id
-from turnkeep.persistence import SessionPersistence, probe_held
+from turnkeep.persistence import SessionPersistence
 
 __all__ = [
     "MAX_REASON_CHARS",

@@ -35,6 +35,7 @@ from turnkeep.events import (
 )
 from turnkeep.lossless import Check, checks_for
 from turnkeep.meta import TURN_END_TYPE
+from turnkeep.packs import PACK_PREFIX, unpack_events
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -60,13 +61,25 @@ class EventRecord(msgspec.Struct, frozen=True, gc=False):
 
     `raw` is the complete encoded event (`{"type", "seq", "time", "data"}`),
     produced once by core when the event was appended. Backends store it
-    verbatim and hand it back from `load`; they never re-encode it.
+    verbatim and hand it back from `load`; they never re-encode it. A *pack*
+    (`span` > 1) is one record standing for the seqs `seq`..`last` (a run of
+    streamed chunks, `turnkeep.packs`): backends key it on `seq`, count it
+    as `span` events and store its bytes just as opaquely; `time` is that of
+    its last event.
     """
 
     seq: int
     type: str
     time: int
     raw: bytes
+    span: int = 1
+    """How many seqs the record stands for: 1 for an event, more for a pack
+    (`turnkeep.packs`), which stands for seqs `seq` to `last`."""
+
+    @property
+    def last(self) -> int:
+        """The last seq this record stands for."""
+        return self.seq + self.span - 1
 
     @property
     def is_turn_end(self) -> bool:
@@ -244,13 +257,15 @@ class EventCodec:
             raise EventDecodeError("stored event is nested too deeply") from exc
 
     def decode_log(
-        self, raws: Iterable[bytes], *, session_id: str
+        self, raws: Iterable[bytes], *, session_id: str, start: int = 0
     ) -> list[SessionEvent]:
-        """Decode a whole stored log and check `seq` is contiguous from 0.
+        """Decode stored records and check `seq` is contiguous from `start`.
+
+        A pack (`turnkeep.packs`) becomes the events it stands for.
 
         Raises:
-            SessionCorruptError: an event fails to decode or is out of place;
-                `offset` is the index of the first bad event.
+            SessionCorruptError: a record fails to decode or is out of place;
+                `offset` is the seq where the first bad one stands.
             UnknownEventTypeError: see `decode`.
         """
         events: list[SessionEvent] = []
@@ -259,7 +274,13 @@ class EventCodec:
         # its time here); anything unusual takes `decode` for its errors.
         fast = self._decoder.decode
         limit = self.max_event_bytes
-        for index, raw in enumerate(raws):
+        index = start
+        for raw in raws:
+            if raw.startswith(PACK_PREFIX):
+                unpacked = self._unpack_at(raw, index, session_id)
+                events.extend(unpacked)
+                index += len(unpacked)
+                continue
             if len(raw) > limit:
                 event = self._decode_at(raw, index, session_id)
             else:
@@ -268,14 +289,26 @@ class EventCodec:
                 except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                     event = self._decode_at(raw, index, session_id)
             if event.seq != index:
-                raise SessionCorruptError(
-                    f"session {session_id!r}: event #{index} carries seq "
-                    f"{event.seq}; the log is not contiguous",
-                    session_id=session_id,
-                    offset=index,
-                )
+                raise _not_contiguous(session_id, index, event.seq)
             append(event)
+            index += 1
         return events
+
+    def _unpack_at(self, raw: bytes, index: int, session_id: str) -> list[SessionEvent]:
+        try:
+            unpacked = unpack_events(raw, self.decode)
+        except UnknownEventTypeError:
+            raise
+        except EventDecodeError as exc:
+            raise SessionCorruptError(
+                f"session {session_id!r}: the record at seq {index} is unreadable "
+                f"({exc})",
+                session_id=session_id,
+                offset=index,
+            ) from exc
+        if unpacked[0].seq != index:
+            raise _not_contiguous(session_id, index, unpacked[0].seq)
+        return unpacked
 
     def _decode_at(self, raw: bytes, index: int, session_id: str) -> SessionEvent:
         try:
@@ -312,6 +345,15 @@ class EventCodec:
             cls = make_event_class(env.type, msgspec.Raw, ignorable=True)
             self._opaque[env.type] = cls
         return cls(seq=env.seq, time=env.time, data=env.data)
+
+
+def _not_contiguous(session_id: str, index: int, seq: int) -> SessionCorruptError:
+    return SessionCorruptError(
+        f"session {session_id!r}: event #{index} carries seq {seq}; the log is "
+        "not contiguous",
+        session_id=session_id,
+        offset=index,
+    )
 
 
 def _payload_kinds(

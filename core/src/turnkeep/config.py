@@ -34,6 +34,10 @@ from turnkeep.backendkit import positive
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES
 from turnkeep.envshadow import warn_shadowed
 from turnkeep.errors import ConfigurationError
+from turnkeep.meta import FORMAT_VERSION
+
+OLDEST_WRITTEN_FORMAT: Final = 2
+"""The oldest session format new sessions may be created in (`session_format`)."""
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -236,6 +240,11 @@ class Config:
         serve: how `turnkeep serve` runs (`[serve]`, see `ServeConfig`).
         agent: the agent loop's defaults (`[agent]`, see `AgentConfig`).
         backends: per-backend option tables, keyed by backend name.
+        session_format: the format version new sessions are created in
+            (default: the newest, `FORMAT_VERSION`). During a rolling
+            upgrade set it to the version the oldest worker reads (2), so
+            that every worker can open every session; raise it once all
+            are upgraded. A session keeps the version it was created with.
     """
 
     persistence: str | None = None
@@ -253,6 +262,17 @@ class Config:
     serve: ServeConfig = ServeConfig()
     agent: AgentConfig = AgentConfig()
     backends: dict[str, dict[str, Any]] = attrs.field(factory=dict[str, dict[str, Any]])
+    session_format: int = attrs.field(
+        default=FORMAT_VERSION, validator=lambda _i, _a, v: _check_format(v)
+    )
+
+
+def _check_format(version: int) -> None:
+    if not OLDEST_WRITTEN_FORMAT <= version <= FORMAT_VERSION:
+        raise ValueError(
+            f"session_format must be between {OLDEST_WRITTEN_FORMAT} and "
+            f"{FORMAT_VERSION} (the versions this code writes), not {version}"
+        )
 
 
 def _check_patterns(patterns: Mapping[str, str]) -> None:

@@ -32,7 +32,8 @@ import asyncio
 import math
 from typing import Final, Protocol, cast
 
-from turnkeep.persistence import SessionPersistence, last_durable_seq
+from turnkeep.eventreads import last_durable_seq
+from turnkeep.persistence import SessionPersistence
 
 __all__ = [
     "POLL_SECONDS",

@@ -36,9 +36,7 @@ from turnkeep.codec import EventCodec
 from turnkeep.commits import CommitReporter
 from turnkeep.config import Config, as_config
 from turnkeep.effects import Verdict, decide
-from turnkeep.errors import (
-    FlushError,
-)
+from turnkeep.errors import FlushError
 from turnkeep.events import Manifest, SessionEvent, ToolCall
 from turnkeep.manifests import gather
 from turnkeep.persistence import SessionPersistence
@@ -88,7 +86,8 @@ class Host:
     def __attrs_post_init__(self) -> None:
         self._set = PluginSet(EventCodec(max_event_bytes=self.config.max_event_bytes))
         self._reloader = Reloader(self._set, self.config, self)
-        self.sessions = SessionStore(self, clock=self.clock)
+        fmt = self.config.session_format  # the format of the sessions it creates
+        self.sessions = SessionStore(self, clock=self.clock, session_format=fmt)
         self._event_hook = direct_caller(self.pm, "session_event")
         self._redactors = live_impls(self.pm, "redact_event")
         observers = live_impls(self.pm, "session_committed") if FAST_PATH else None

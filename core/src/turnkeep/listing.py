@@ -32,13 +32,12 @@ from typing import Final, TypeAlias
 import attrs
 import msgspec
 
+from turnkeep.capabilities import filters_natively, probe_held
 from turnkeep.listfilter import ListFilter
 from turnkeep.meta import SessionMeta, SessionStatus
 from turnkeep.persistence import (
     SessionPage,
     SessionPersistence,
-    filters_natively,
-    probe_held,
 )
 
 __all__ = [

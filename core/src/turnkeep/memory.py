@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import msgspec
@@ -52,6 +53,10 @@ _owner_tokens = itertools.count(1)
 class _Stored:
     meta: SessionMeta
     events: list[bytes] = attrs.field(factory=list[bytes])
+    """The stored records (an event each, or a pack standing for several)."""
+    firsts: list[int] = attrs.field(factory=list[int])
+    """The first seq of each record, for reads by seq."""
+    next_seq: int = 0
     cancel: CancelRequest | None = None
     """The latest cancel request (it goes with the session)."""
     audit: list[AuditRecord] = attrs.field(factory=list[AuditRecord])
@@ -101,6 +106,9 @@ class MemoryPersistence:
         storage: the shared storage (a new, empty one by default).
     """
 
+    stores_packs: ClassVar[bool] = True
+    """It keeps packed records (see [packs] in `turnkeep.persistence`)."""
+
     storage: MemoryStorage = attrs.Factory(MemoryStorage)
     _token: int = attrs.field(init=False, factory=lambda: next(_owner_tokens))
     _pending: dict[str, SessionMeta] = attrs.field(
@@ -138,7 +146,7 @@ class MemoryPersistence:
         self._check_writer(session_id)
         if not events:
             return
-        next_seq = len(stored.events) if stored is not None else 0
+        next_seq = stored.next_seq if stored is not None else 0
         check_batch(session_id, events, next_seq=next_seq)
         if stored is None:
             assert pending is not None  # noqa: S101 - narrowed by the check above
@@ -149,6 +157,8 @@ class MemoryPersistence:
             self.storage.sessions[session_id] = stored
             del self._pending[session_id]
         stored.events.extend(bytes(r.raw) for r in events)
+        stored.firsts.extend(r.seq for r in events)
+        stored.next_seq = events[-1].last + 1
         kept = stored.meta.summary
         meta = stored.meta
         updated_at = max(kept.updated_at, events[-1].time)
@@ -158,7 +168,7 @@ class MemoryPersistence:
         stored.meta = _with_summary(
             meta,
             updated_at=updated_at,
-            event_count=len(stored.events),
+            event_count=stored.next_seq,
             turns=kept.turns + count_turn_ends(events),
             size=kept.size + sum(len(r.raw) for r in events),
         )
@@ -175,11 +185,15 @@ class MemoryPersistence:
         check_read_range(after, limit)
         stored = self._stored(session_id)
         self._check_version(stored.meta)
-        return stored.events[after + 1 : after + 1 + limit]
+        if after + 1 >= stored.next_seq:
+            return []
+        # The record holding seq `after` + 1 (a pack may start before it).
+        start = max(bisect.bisect_right(stored.firsts, after + 1) - 1, 0)
+        return stored.events[start : start + limit]
 
     async def last_seq(self, session_id: str) -> int:
         """The last stored seq."""
-        return len(self._stored(session_id).events) - 1
+        return self._stored(session_id).next_seq - 1
 
     async def wait_for_commit(
         self, session_id: str, after_seq: int, within: float
@@ -198,7 +212,7 @@ class MemoryPersistence:
         try:
             while True:
                 wake.clear()
-                last = len(self._stored(session_id).events) - 1
+                last = self._stored(session_id).next_seq - 1
                 remaining = deadline - loop.time()
                 if last > after_seq or remaining <= 0:
                     return last
@@ -307,7 +321,7 @@ class MemoryPersistence:
         kept = stored.meta.summary
         stored.meta = _with_summary(
             msgspec.structs.replace(stored.meta, summary=summary),
-            event_count=len(stored.events),
+            event_count=stored.next_seq,
             turns=kept.turns,
             size=kept.size,
             updated_at=max(summary.updated_at, kept.updated_at),

@@ -16,6 +16,7 @@ import msgspec
 
 __all__ = [
     "FORMAT_VERSION",
+    "PACKS_FORMAT",
     "TURN_END_TYPE",
     "ForkPoint",
     "SessionHeader",
@@ -24,15 +25,21 @@ __all__ = [
     "SessionSummary",
 ]
 
-FORMAT_VERSION: Final = 2
+FORMAT_VERSION: Final = 3
 """The session format version this code writes and the newest it reads.
 
 1: the first release. 2: the agent loop's `run/context`, `run/instructions`,
 `effect/resolved` and `run/drift` events, the `budget_exhausted` and
 `timed_out` turn statuses, the `turn/end` `manifest` and partial
 `assistant/message`s (a reader of version 1 knows none of them but the
-last, whose mark it ignores). Sessions of version 1
-load unchanged; a session keeps the version it was created with."""
+last, whose mark it ignores). 3: packed records (`turnkeep.packs`), one
+record standing for a run of streamed chunks. Sessions of older versions
+load unchanged; a session keeps the version it was created with, and gets
+no packs unless it is of version 3 (so a reader of version 2 still reads
+every session it could read before)."""
+
+PACKS_FORMAT: Final = 3
+"""The first format version whose sessions may hold packed records."""
 
 TURN_END_TYPE: Final = "turn/end"
 """The event type `SessionSummary.turns` counts (the wire tag of `TurnEnd`)."""

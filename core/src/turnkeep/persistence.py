@@ -52,7 +52,7 @@ checks each one; the names in brackets are the kit's):
   last record's `time`; the numbers stay the log's. An empty `append`
   stores nothing, its summary included. A backend whose `append` takes no
   `summary` is still accepted: the write-behind then stores the summary
-  with `update` after the append (see `appends_summary`).
+  with `update` after the append (see `turnkeep.capabilities`).
 - [ids] Ids are untrusted: any id `validate_session_id` accepts round-trips
   exactly, distinct ids never collide (also after case folding), and an
   invalid id raises `InvalidSessionIdError` before anything is touched.
@@ -88,11 +88,12 @@ checks each one; the names in brackets are the kit's):
   without it is "unknown": listings keep its sessions' stored status.
 - [load-after] (optional methods `load_after` and `last_seq`,
   `IncrementalRead`) `load_after(id, after, limit)` returns the stored raw
-  records with seq strictly greater than `after` (`-1`: from the start), at
-  most `limit` of them, in seq order: exactly what `load(id).events[after +
-  1 : after + 1 + limit]` would hold, durable records only (a torn tail is
-  never returned). After the end it returns `[]`. `last_seq(id)` is the seq
-  of the last durable record (`-1` for none). Both cost the records asked
+  records that stand for a seq greater than `after` (`-1`: from the start),
+  at most `limit` of them, in seq order, starting with the record that holds
+  seq `after + 1` (a pack that starts before it included): exactly that run
+  of `load(id).events`, durable records only (a torn tail is never
+  returned). After the end it returns `[]`. `last_seq(id)` is the last seq
+  the durable records stand for (`-1` for none). Both cost the records asked
   for plus one indexed look (an offset, a row), never a read of the whole
   log; damage in what they read raises `SessionCorruptError`, never a
   shorter answer; an unknown id raises `SessionNotFoundError`. A backend
@@ -111,6 +112,7 @@ from typing import Protocol, cast
 
 import msgspec
 
+from turnkeep._deprecated import renamed
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventCodec, EventRecord
 from turnkeep.errors import ConfigurationError
 from turnkeep.listfilter import ListFilter
@@ -141,13 +143,7 @@ __all__ = [
     "SessionPersistence",
     "SessionStatus",
     "SessionSummary",
-    "appends_summary",
     "check_read_range",
-    "delete_session",
-    "filters_natively",
-    "last_durable_seq",
-    "probe_held",
-    "read_after",
     "validate_backend",
 ]
 
@@ -157,7 +153,8 @@ class LoadedSession(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         meta: the header and current summary.
-        events: each durable event's exact stored bytes, in seq order.
+        events: each durable record's exact stored bytes, in seq order (an
+            event each, or a pack standing for several, `turnkeep.packs`).
     """
 
     meta: SessionMeta
@@ -381,80 +378,6 @@ def validate_backend(backend: object, *, name: str = "backend") -> SessionPersis
     return cast("SessionPersistence", backend)
 
 
-async def delete_session(
-    backend: SessionPersistence, session_id: str, *, force: bool = False
-) -> None:
-    """`backend.delete(session_id, force=force)`, also for older backends.
-
-    A backend written before `force` existed takes `delete(session_id)`
-    only: it is called that way unless `force` is asked for.
-
-    Raises:
-        ConfigurationError: `force` was asked of a backend whose `delete`
-            takes no `force` (nothing was deleted).
-        SessionNotFoundError, SessionHeldError: as `delete`.
-    """
-    if not force:
-        await backend.delete(session_id)
-        return
-    if not _takes_force(backend.delete):
-        raise ConfigurationError(
-            f"the backend {type(backend).__qualname__} cannot force a delete (its "
-            "delete() takes no `force`); nothing was deleted. Stop the session's "
-            "holder, then delete without force"
-        )
-    await backend.delete(session_id, force=True)
-
-
-def _takes_force(delete: object) -> bool:
-    return _takes(delete, "force", unreadable=True)  # no signature: just try it
-
-
-def filters_natively(backend: SessionPersistence) -> bool:
-    """Whether `backend.list` takes `where=` (see [list-filter])."""
-    return _takes(backend.list, "where", unreadable=False)
-
-
-def appends_summary(backend: SessionPersistence) -> bool:
-    """Whether `backend.append` takes `summary=` (see [summary-append]).
-
-    Asked once, when a backend is put to use, not per flush. A backend
-    written before `summary` existed (or a wrapper whose `append` does not
-    pass it on) answers false: its summaries are stored with `update`.
-    """
-    return _takes(backend.append, "summary", unreadable=False)
-
-
-def _takes(method: object, name: str, *, unreadable: bool) -> bool:
-    try:
-        parameters = inspect.signature(method).parameters  # pyright: ignore[reportArgumentType]
-    except (TypeError, ValueError):
-        return unreadable
-    return name in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-
-
-async def probe_held(
-    backend: SessionPersistence, session_ids: Sequence[str]
-) -> dict[str, bool] | None:
-    """`backend.held(session_ids)`, or `None` for a backend without `held`.
-
-    `None` means unknown: a backend written before `held` existed cannot
-    tell a crashed owner from a live one, so callers keep what its
-    summaries say. No call is made for an empty `session_ids`.
-
-    Raises:
-        InvalidSessionIdError: as `held`.
-    """
-    probe = getattr(backend, "held", None)
-    if probe is None:
-        return None
-    if not session_ids:
-        return {}
-    return await cast("HoldProbe", backend).held(session_ids)
-
-
 def check_read_range(after: int, limit: int) -> None:
     """Refuse a `load_after` range before anything is read.
 
@@ -467,32 +390,14 @@ def check_read_range(after: int, limit: int) -> None:
         raise ValueError(f"limit must be positive, not {limit}")
 
 
-async def read_after(
-    backend: SessionPersistence, session_id: str, after: int, limit: int
-) -> list[bytes]:
-    """`backend.load_after(...)`, or a slice of `load` for a backend without it.
-
-    The records with seq > `after` (`-1`: from the start), at most `limit`,
-    in order (see [load-after]). The fallback reads the whole log, so a
-    backend written before `load_after` existed keeps working, only slower.
-
-    Raises:
-        ValueError, SessionNotFoundError, SessionCorruptError: as `load_after`.
-    """
-    check_read_range(after, limit)
-    if getattr(backend, "load_after", None) is not None:
-        native = cast("IncrementalRead", backend)
-        return await native.load_after(session_id, after, limit)
-    events = (await backend.load(session_id)).events
-    return events[after + 1 : after + 1 + limit]
-
-
-async def last_durable_seq(backend: SessionPersistence, session_id: str) -> int:
-    """`backend.last_seq(session_id)`, or the last seq `load` returns.
-
-    Raises:
-        SessionNotFoundError: nothing is stored under this id.
-    """
-    if getattr(backend, "last_seq", None) is not None:
-        return await cast("IncrementalRead", backend).last_seq(session_id)
-    return len((await backend.load(session_id)).events) - 1
+__getattr__ = renamed(
+    "turnkeep.persistence",
+    {
+        "read_after": "turnkeep.eventreads:read_after",
+        "appends_summary": "turnkeep.capabilities:appends_summary",
+        "delete_session": "turnkeep.capabilities:delete_session",
+        "filters_natively": "turnkeep.capabilities:filters_natively",
+        "probe_held": "turnkeep.capabilities:probe_held",
+        "last_durable_seq": "turnkeep.eventreads:last_durable_seq",
+    },
+)

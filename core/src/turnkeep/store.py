@@ -56,6 +56,8 @@ class SessionStore:
 
     _hooks: SessionHooks = attrs.field(alias="hooks")
     clock: Clock = now_ms
+    session_format: int = FORMAT_VERSION
+    """The format version of the sessions it creates (`Config.session_format`)."""
     _live: dict[str, Session] = attrs.field(init=False, factory=dict[str, Session])
     _resuming: dict[str, asyncio.Future[Session]] = attrs.field(
         init=False, factory=dict[str, "asyncio.Future[Session]"]
@@ -92,7 +94,12 @@ class SessionStore:
         events = list(seed) if seed is not None else []
         _check_seed(events)
         if meta is None:
-            header = SessionHeader(id=session_id, created_at=self.clock(), cwd=_cwd())
+            header = SessionHeader(
+                id=session_id,
+                created_at=self.clock(),
+                cwd=_cwd(),
+                format_version=self.session_format,
+            )
             # No turn is running yet: the agent loop marks a turn "active"
             # while it runs, so a crash inside one lists as interrupted.
             summary = SessionSummary(updated_at=header.created_at, status="idle")
@@ -204,6 +211,7 @@ class SessionStore:
             created_at=self.clock(),
             cwd=source.header.cwd,
             parent=ForkPoint(session_id=source_id, seq=at_seq),
+            format_version=self.session_format,
         )
         summary = SessionSummary(
             updated_at=header.created_at,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from turnkeep.auditing import note
+from turnkeep.capabilities import appends_summary, stores_packs
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.errors import (
     EventRejectedError,
@@ -47,8 +48,10 @@ from turnkeep.errors import (
 from turnkeep.events import SessionEvent
 from turnkeep.flushfailures import deleted, in_doubt
 from turnkeep.hookspecs import hookimpl
-from turnkeep.meta import SessionSummary
-from turnkeep.persistence import SessionPersistence, appends_summary
+from turnkeep.meta import PACKS_FORMAT, SessionSummary
+from turnkeep.packing import pack_batch
+from turnkeep.packs import MIN_RUN
+from turnkeep.persistence import SessionPersistence
 from turnkeep.writestate import WriteState, acknowledge, initial_state, same_fields
 
 if TYPE_CHECKING:
@@ -79,9 +82,12 @@ class WriteBehind:
     # unit (asked once here, not per flush); if not, a changed summary costs
     # an `update` after the append.
     _joint: bool = attrs.field(init=False, default=False)
+    # Whether the backend keeps packed records (`turnkeep.packs`).
+    _packs: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         self._joint = appends_summary(self.backend)
+        self._packs = stores_packs(self.backend)
 
     def successor(self, backend: SessionPersistence) -> WriteBehind:
         """A write-behind over `backend` that continues this one's sessions.
@@ -333,11 +339,7 @@ class WriteBehind:
                     # Changed and changed back within the flush (a turn's
                     # status): the append moves `updated_at` on by itself.
                     changed = False
-                start = writes.persisted
-                batch = [
-                    EventRecord(seq, events[seq].type, events[seq].time, raw)
-                    for seq, raw in enumerate(writes.pending, start)
-                ]
+                batch = self._batch(session, writes)
                 carry = summary if changed and self._joint else None
                 if await self._append(session, writes, batch, carry):
                     changed = False  # it rode in the flush's own atomic unit
@@ -356,6 +358,26 @@ class WriteBehind:
                         session_id=session.id,
                     ) from exc
                 writes.stored_summary = summary
+
+    def _batch(self, session: Session, writes: WriteState) -> list[EventRecord]:
+        """The records of what is pending: runs of chunks packed where they can be.
+
+        Packs go only to a backend that stores them, and only into a session
+        whose format has them (older readers of an older session's format
+        must still read it: see `FORMAT_VERSION`).
+        """
+        events = session.events
+        batch = [
+            EventRecord(seq, events[seq].type, events[seq].time, raw)
+            for seq, raw in enumerate(writes.pending, writes.persisted)
+        ]
+        if (
+            self._packs
+            and len(batch) >= MIN_RUN
+            and session.header.format_version >= PACKS_FORMAT
+        ):
+            return pack_batch(batch, events, max_bytes=self.codec.max_event_bytes)
+        return batch
 
     async def _refused(
         self,
@@ -387,7 +409,10 @@ class WriteBehind:
             landed = exc.expected - batch[0].seq
             # Only a refusal of the batch's start says how much had landed
             # (a hole inside a batch is refused at the hole's seq).
-            if exc.got != batch[0].seq or not 0 < landed <= len(batch):
+            if (
+                exc.got != batch[0].seq
+                or not 0 < landed <= batch[-1].last - batch[0].seq + 1
+            ):
                 raise FlushError(
                     f"session {session.id!r}: the backend {self.name!r} expects "
                     f"seq {exc.expected} but {batch[0].seq} is next here; the "
@@ -398,7 +423,8 @@ class WriteBehind:
             # An earlier, failed-looking append had in fact landed `landed`
             # records: acknowledge them and send only the rest.
             acknowledge(writes, landed)
-            rest = batch[landed:]
+            # Rebuilt, not sliced: `landed` may end inside a pack of this batch.
+            rest = self._batch(session, writes)
             if not rest:
                 return False  # the summary did not ride along: stored apart
             return await self._append(session, writes, rest, summary)

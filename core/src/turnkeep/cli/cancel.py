@@ -23,10 +23,11 @@ from turnkeep.cli.output import clean_id, confirm
 from turnkeep.cli.runtime import about, common_options, execute, open_store
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError
+from turnkeep.eventreads import last_durable_seq, read_after
 from turnkeep.events import TurnEnd
 from turnkeep.follow import wait_for_commit
 from turnkeep.ids import validate_session_id
-from turnkeep.persistence import SessionPersistence, last_durable_seq, read_after
+from turnkeep.persistence import SessionPersistence
 
 __all__ = ["EXIT_NOT_ENDED", "EXIT_NOT_RUNNING", "cancel", "register"]
 

@@ -40,11 +40,12 @@ from turnkeep.cli.sessions import SessionRow, row
 from turnkeep.cli.transcript import event_line, render_entries, render_transcript
 from turnkeep.codec import EventCodec
 from turnkeep.errors import SessionNotFoundError, StorageError, UnknownEventTypeError
+from turnkeep.eventreads import read_after
 from turnkeep.events import SessionEvent
 from turnkeep.follow import has_commit_waiter, poll_for_commit, wait_for_commit
 from turnkeep.ids import validate_session_id
 from turnkeep.listing import with_liveness
-from turnkeep.persistence import LoadedSession, SessionPersistence, read_after
+from turnkeep.persistence import LoadedSession, SessionPersistence
 
 __all__ = ["register"]
 

@@ -41,6 +41,7 @@ from ._loadafter import LoadAfterContract
 from ._metadata import MetadataContract
 from ._outcome import UnknownOutcomeContract
 from ._ownership import OwnershipContract
+from ._packs import PacksContract
 from ._sessions import SessionsContract
 from ._summaryappend import SummaryAppendContract
 
@@ -63,6 +64,7 @@ __all__ = [
     "MakeBackend",
     "MetadataContract",
     "OwnershipContract",
+    "PacksContract",
     "PersistenceContract",
     "SessionsContract",
     "SummaryAppendContract",
@@ -89,5 +91,6 @@ class PersistenceContract(
     FollowContract,
     CancelRequestContract,
     AuditContract,
+    PacksContract,
 ):
     """Every contract at once."""

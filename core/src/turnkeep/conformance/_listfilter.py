@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
+from turnkeep.capabilities import filters_natively
 from turnkeep.listfilter import STATUSES, ListFilter
 from turnkeep.listing import list_where
 from turnkeep.meta import SessionMeta, SessionSummary
-from turnkeep.persistence import SessionPage, SessionPersistence, filters_natively
+from turnkeep.persistence import SessionPage, SessionPersistence
 
 from ._harness import BackendHarness
 

@@ -24,15 +24,11 @@ from turnkeep.agent.sweep import recover_interrupted
 from turnkeep.audit import audit_log
 from turnkeep.cancelrequest import ask_to_cancel
 from turnkeep.config import ServeConfig
+from turnkeep.eventreads import last_durable_seq, read_after
 from turnkeep.host import Host
 from turnkeep.ids import validate_session_id
 from turnkeep.listing import with_liveness
-from turnkeep.persistence import (
-    LoadedSession,
-    SessionPersistence,
-    last_durable_seq,
-    read_after,
-)
+from turnkeep.persistence import LoadedSession, SessionPersistence
 from turnkeep.serve.follow import READ_PAGE, Tails
 from turnkeep.serve.guard import Guard
 from turnkeep.serve.listing import SessionQuery, list_page

@@ -29,7 +29,8 @@ import attrs
 
 from turnkeep import follow
 from turnkeep.errors import TurnkeepError
-from turnkeep.persistence import SessionPersistence, last_durable_seq, read_after
+from turnkeep.eventreads import last_durable_seq, read_after
+from turnkeep.persistence import SessionPersistence
 
 __all__ = ["READ_PAGE", "Subscriber", "Tails", "wait_for_commit"]
 

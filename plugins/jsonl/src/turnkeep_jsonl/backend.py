@@ -17,11 +17,12 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 
 from turnkeep.audit import AuditRecord, check_record, check_records_range
+from turnkeep.backendkit import records_after
 from turnkeep.backup import BackupReport
 from turnkeep.cancelrequest import CancelRequest, check_reason
 from turnkeep.codec import DEFAULT_MAX_EVENT_BYTES, EventRecord
@@ -77,6 +78,9 @@ class JsonlPersistence:
 
     Nothing is read or written until the first call.
     """
+
+    stores_packs: ClassVar[bool] = True
+    """It keeps packed records (see [packs] in `turnkeep.persistence`)."""
 
     path: Path = attrs.field(factory=default_path, converter=Path)
     ops: FileOps = attrs.field(factory=OsFileOps)
@@ -157,8 +161,7 @@ class JsonlPersistence:
         found = await self._run(self._impl.reads.load_after, session_id, after, limit)
         if found is not None:
             return found
-        events = (await self.load(session_id)).events
-        return events[after + 1 : after + 1 + limit]
+        return records_after((await self.load(session_id)).events, after, limit)
 
     async def last_seq(self, session_id: str) -> int:
         """The last durable seq (`-1` for none), from the last control line."""

@@ -169,7 +169,11 @@ class Commit(
     gc=False,
     omit_defaults=True,
 ):
-    """Closes a flush: the `n` event lines right before it, `len` bytes long."""
+    """Closes a flush: the `n` event lines right before it, `len` bytes long.
+
+    `span`, written only when it differs from `n`, is how many events those
+    lines stand for (a packed record stands for several).
+    """
 
     flush: int
     epoch: int
@@ -182,6 +186,12 @@ class Commit(
     size: int | None = None
     said: Said | None = None
     said_at: int | None = None
+    span: int | None = None
+
+    @property
+    def events(self) -> int:
+        """How many events the flush holds (`span`, or `n` without packs)."""
+        return self.n if self.span is None else self.span
 
 
 Control: TypeAlias = Owner | Release | Commit
@@ -339,11 +349,13 @@ def encode_commit(
     size: int,
     said: Said | None = None,
     said_at: int | None = None,
+    span: int | None = None,
 ) -> bytes:
     """The commit line closing a flush whose event lines are `region`.
 
     `seq`, `turns` and `size` are the log's numbers with this flush applied;
-    `said` and `said_at` speak for the summary (see `Said`).
+    `said` and `said_at` speak for the summary (see `Said`); `span` is the
+    events the `n` lines stand for, when packs make it more than `n`.
     """
     commit = Commit(
         flush=flush,
@@ -357,6 +369,7 @@ def encode_commit(
         size=size,
         said=said,
         said_at=said_at,
+        span=span if span != n else None,
     )
     return seal(_encode(commit))
 

@@ -32,8 +32,12 @@ from typing import Final
 
 import attrs
 
-from turnkeep.backendkit import count_stored_turn_ends, newer_format
-from turnkeep.errors import SessionCorruptError
+from turnkeep.backendkit import (
+    count_stored_turn_ends,
+    newer_format,
+    stored_last_seq,
+)
+from turnkeep.errors import EventDecodeError, SessionCorruptError
 from turnkeep.meta import FORMAT_VERSION
 
 from .format import (
@@ -142,7 +146,8 @@ class ScanState:
                 n == 0
                 or control.n != n
                 or control.epoch != self.epoch
-                or control.seq != self.seq + n
+                or control.seq != self.seq + control.events
+                or control.events < n
                 or control.len != length
                 or control.fcrc != f"{crc:08x}"
             ):
@@ -467,6 +472,7 @@ def _slow(
     raws: list[bytes] = []
     bad: int | None = None
     closed_at: int | None = None  # just past a bad control line closing a unit
+    expected = state.seq  # the seq the next event line must carry
     between: int | None = None  # just past an unreadable line after events
     for offset, line in _lines(read, pos, size, max_line):
         if line is None:
@@ -492,16 +498,18 @@ def _slow(
             unit_start = offset + len(line) + 1
             pending = []
             raws = []
+            expected = state.seq
             continue
         raw = unseal(line)
-        if raw is None or event_seq(raw) != state.seq + len(pending):
+        if raw is None or event_seq(raw) != expected:
             bad = offset
             if raw is None and pending:
                 between = offset + len(line) + 1
             break
         pending.append(line)
         raws.append(raw)
-    after = state.seq + len(pending)  # the seq of the next unit's first event
+        expected = _last_or(raw, expected) + 1
+    after = expected  # the seq of the next unit's first event
     if bad is not None and (
         _durable_after(read, data_from, bad, size, state.flush + 2, max_line)
         # A control line that no longer decodes, where the unit's commit line
@@ -525,6 +533,14 @@ def _slow(
             raise _corrupt(header.id, bad, "a record is damaged")
         return ScanResult(header, events or [], unit_start, size, state, bad, True)
     return ScanResult(header, events or [], unit_start, size, state, bad)
+
+
+def _last_or(raw: bytes, seq: int) -> int:
+    """The last seq of an event line that carries `seq` (its own, for an event)."""
+    try:
+        return stored_last_seq(raw)
+    except EventDecodeError:
+        return seq
 
 
 def _durable_after(

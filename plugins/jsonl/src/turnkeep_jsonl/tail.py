@@ -19,6 +19,9 @@ from __future__ import annotations
 import zlib
 from typing import Final, Literal
 
+from turnkeep.backendkit import stored_last_seq
+from turnkeep.errors import EventDecodeError
+
 from .fileops import FileOps
 from .format import (
     MARK,
@@ -138,8 +141,10 @@ def _walk(
                 return None
             lo, hi = max(want, first), min(end, control.seq)
             if lo < hi:
-                picked = region[lo - first : hi - first]
-                taken[:0] = [line[:-SUFFIX_LEN] + b"}" for line in picked]
+                picked = _pick(region, first, lo, hi, control.span is not None)
+                if picked is None:
+                    return None
+                taken[:0] = picked
             expected_seq = first
             j -= control.n + 1
         else:
@@ -152,6 +157,33 @@ def _walk(
             return None  # the seq chain does not reach back: not a log we wrote
         if j < 0:
             return None if whole else _MORE
+
+
+def _pick(
+    region: list[bytes], first: int, lo: int, hi: int, packed: bool
+) -> list[bytes] | None:
+    """The records of a flush's event lines that hold a seq in `lo`..`hi - 1`.
+
+    `first` is the flush's first seq. Without packs line `i` is seq
+    `first + i`; with them each line's range is read from its record.
+    `None`: the lines do not add up to the flush (not a log we wrote).
+    """
+    if not packed:
+        return [line[:-SUFFIX_LEN] + b"}" for line in region[lo - first : hi - first]]
+    picked: list[bytes] = []
+    seq = first
+    for line in region:
+        raw = line[:-SUFFIX_LEN] + b"}"
+        try:
+            last = stored_last_seq(raw)
+        except EventDecodeError:
+            return None
+        if last < seq:
+            return None
+        if last >= lo and seq < hi:
+            picked.append(raw)
+        seq = last + 1
+    return picked
 
 
 def _epoch_fits(earlier: Control, later: Control) -> bool:

@@ -215,10 +215,11 @@ def flush_bytes(
     time = max(state.time, records[-1].time)
     turns = state.turns + count_turn_ends(records)
     size = state.size + len(region) - SUFFIX_LEN * len(records)
+    events = records[-1].last + 1 - records[0].seq  # packs stand for several
     commit = encode_commit(
         flush=state.flush + 1,
         epoch=state.epoch,
-        seq=state.seq + len(records),
+        seq=state.seq + events,
         time=time,
         region=region,
         n=len(records),
@@ -226,11 +227,12 @@ def flush_bytes(
         size=size,
         said=said,
         said_at=said_at,
+        span=events,
     )
     state.flush += 1
     if said is not None:
         state.said, state.said_flush = said, state.flush
-    state.seq += len(records)
+    state.seq += events
     state.time = time
     state.released = False
     state.turns = turns

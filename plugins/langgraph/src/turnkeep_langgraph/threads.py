@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
 
+from turnkeep.capabilities import delete_session
 from turnkeep.errors import (
     FlushError,
     SessionExistsError,
@@ -38,7 +39,6 @@ from turnkeep.errors import (
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
 from turnkeep.ids import MAX_SESSION_ID_BYTES
-from turnkeep.persistence import delete_session
 from turnkeep.session import Session
 
 from .copies import generation, shifted, with_refs, with_writes

@@ -27,10 +27,10 @@ from turnkeep.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
+from turnkeep.eventreads import last_durable_seq, read_after
 from turnkeep.events import SessionEvent
 from turnkeep.host import Host
 from turnkeep.lossless import checks_for
-from turnkeep.persistence import last_durable_seq, read_after
 from turnkeep.session import Session
 
 from .events import (
