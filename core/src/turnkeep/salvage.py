@@ -29,6 +29,7 @@ from turnkeep.errors import (
 )
 from turnkeep.events import SessionEvent
 from turnkeep.meta import SessionMeta
+from turnkeep.packs import is_pack, unpack_events
 from turnkeep.persistence import SessionPersistence
 
 __all__ = [
@@ -141,29 +142,36 @@ async def read_intact(
             ) from exc
         intact = IntactLog(meta=loaded.meta, events=loaded.events)
     events: list[SessionEvent] = []
-    for index, raw in enumerate(intact.events):
+    for position, raw in enumerate(intact.events):
+        index = len(events)  # the seq this record must start at
         try:
-            event = codec.decode(raw)
+            got = (
+                unpack_events(raw, codec.decode)
+                if is_pack(raw)
+                else [codec.decode(raw)]
+            )
         except UnknownEventTypeError:
             raise  # a plugin is missing, not damage: load it and salvage again
         except EventDecodeError as exc:
             why = f"event {index} does not decode ({exc})"
         else:
-            if event.seq == index:
-                events.append(event)
+            if got[0].seq == index:
+                events.extend(got)
                 continue
-            why = f"event {index} carries seq {event.seq}"
+            why = f"event {index} carries seq {got[0].seq}"
         return SalvagedLog(
             meta=intact.meta,
             events=events,
-            damage=_undecodable(intact, index, why),
+            damage=_undecodable(intact, position, index, why),
         )
     return SalvagedLog(meta=intact.meta, events=events, damage=intact.damage)
 
 
-def _undecodable(intact: IntactLog, index: int, why: str) -> Damage:
-    cut = sum(len(r) for r in intact.events[index:])
-    last = max(intact.meta.summary.event_count, len(intact.events)) - 1
+def _undecodable(intact: IntactLog, position: int, index: int, why: str) -> Damage:
+    cut = sum(len(r) for r in intact.events[position:])
+    last = (
+        max(intact.meta.summary.event_count, index + len(intact.events) - position) - 1
+    )
     earlier = intact.damage
     lost_bytes: int | None = cut
     if earlier is not None:

@@ -65,6 +65,7 @@ from turnkeep.events import (
 )
 from turnkeep.ids import new_session_id, validate_session_id
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+from turnkeep.packs import expand_all
 from turnkeep.persistence import LoadedSession
 
 __all__ = [
@@ -133,7 +134,8 @@ def export(session_id: str, output: Path | None) -> None:
             sys.stdout.buffer.flush()
         else:
             await asyncio.to_thread(write_private, output, data)
-            click.echo(f"exported {len(loaded.events)} events to {output}", err=True)
+            count = loaded.meta.summary.event_count
+            click.echo(f"exported {count} events to {output}", err=True)
         return 0
 
     execute(body)
@@ -141,7 +143,8 @@ def export(session_id: str, output: Path | None) -> None:
 
 def export_data(loaded: LoadedSession) -> bytes:
     """A loaded session as the export format's bytes (header line, events)."""
-    lines = [raw + b"\n" for raw in loaded.events]
+    # One event per line, packs expanded: the format is the events'.
+    lines = [raw + b"\n" for raw in expand_all(loaded.events)]
     header = ExportHeader(
         format=EXPORT_FORMAT,
         version=EXPORT_VERSION,

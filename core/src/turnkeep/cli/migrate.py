@@ -39,6 +39,7 @@ from turnkeep.cli.runtime import (
 from turnkeep.codec import EventRecord
 from turnkeep.errors import TurnkeepError
 from turnkeep.ids import validate_session_id
+from turnkeep.packs import expand_all
 from turnkeep.persistence import LoadedSession, SessionPersistence
 
 __all__ = ["digest", "register"]
@@ -234,7 +235,8 @@ class _Copier:
 
     async def _copy(self, session_id: str) -> Copied:
         loaded = await self.source.load(session_id)
-        raws = loaded.events
+        # Copied one event per record: the destination may not store packs.
+        raws = expand_all(loaded.events)
         target = self.target
         have = 0
         if await target.has(session_id):
@@ -248,7 +250,7 @@ class _Copier:
                     error=f"{session_id!r} at the destination {problem}; it was left "
                     "as it is (delete it there to copy it again)",
                 )
-            have = len(present.events)
+            have = len(expand_all(present.events))
             if have == len(raws):
                 await self._summary(session_id, loaded, present)
                 return Copied(session_id=session_id, action="complete", events=have)

@@ -46,6 +46,7 @@ from turnkeep.meta import (
     SessionStatus,
     SessionSummary,
 )
+from turnkeep.packs import expand_all
 from turnkeep.persistence import SessionPersistence
 
 __all__ = ["SessionRow", "register", "row"]
@@ -303,7 +304,7 @@ async def _describe(backend: SessionPersistence, session_id: str) -> str:
     except (SessionCorruptError, UnsupportedFormatError) as exc:
         return f"unreadable: {type(exc).__name__}"
     summary = loaded.meta.summary
-    label = f"{len(loaded.events)} events"
+    label = f"{len(expand_all(loaded.events))} events"
     if summary.title:
         label += f", {shorten(summary.title, 40)!r}"
     return label

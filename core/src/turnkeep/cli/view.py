@@ -45,6 +45,7 @@ from turnkeep.events import SessionEvent
 from turnkeep.follow import has_commit_waiter, poll_for_commit, wait_for_commit
 from turnkeep.ids import validate_session_id
 from turnkeep.listing import with_liveness
+from turnkeep.packs import expand_all
 from turnkeep.persistence import LoadedSession, SessionPersistence
 
 __all__ = ["register"]
@@ -243,7 +244,7 @@ def tail(
     async def body() -> int:
         validate_session_id(session_id)
         async with open_store() as store, about(session_id):
-            events = (await store.backend.load(session_id)).events
+            events = expand_all((await store.backend.load(session_id)).events)
             _print(events[max(len(events) - count, 0) :], store.host.codec, as_json)
             printed = len(events)
             if follow:
