@@ -20,7 +20,7 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 import psycopg
@@ -90,6 +90,9 @@ class PostgresPersistence:
     Args:
         config: the options (`PostgresConfig`).
     """
+
+    stores_packs: ClassVar[bool] = True
+    """It keeps packed records (see [packs] in `turnkeep.persistence`)."""
 
     config: PostgresConfig = attrs.Factory(PostgresConfig)
     _state: writes.OwnerState = attrs.field(init=False)

@@ -183,16 +183,18 @@ async def _load(
         )
         rows = await events_cur.fetchall()
     events: list[bytes] = []
-    for index, (seq, raw, _size) in enumerate(rows):
+    index = 0  # the seq the next row must start at (packed rows stand for more)
+    for seq, raw, _size, span in rows:
         if seq != index or raw is None:
             break
         events.append(bytes(raw))
-    if len(events) == count:
+        index = seq + span
+    if index == count:
         return LoadedSession(meta=meta, events=events)
     # The row and its events are one snapshot: what is missing is damage.
-    index = len(events)
-    if index < len(rows) and rows[index][1] is None:
-        why = f"event {index} is {rows[index][2]} bytes, over max_event_bytes"
+    row_at = len(events)
+    if row_at < len(rows) and rows[row_at][0] == index and rows[row_at][1] is None:
+        why = f"event {index} is {rows[row_at][2]} bytes, over max_event_bytes"
     else:
         why = f"acknowledged event {index} of {count} is missing"
     raise SessionCorruptError(
@@ -227,8 +229,10 @@ async def load_after(
     params = {
         "id": session_id,
         "start": min(start, _BIGINT),
-        "upto": min(start + limit, _BIGINT),
+        # Rows are counted by LIMIT: a packed record stands for several seqs.
+        "upto": _BIGINT,
         "max": max_bytes,
+        "limit": limit,
     }
     async with conn.cursor(binary=True) as cur:
         await cur.execute(queries.load_range, params)
@@ -242,8 +246,12 @@ async def load_after(
     if start >= end:
         return []
     events: list[bytes] = []
-    for _, _, seq, raw, size in rows:
-        if seq != start + len(events):
+    expected = start
+    first_seq, first_span = rows[0][2], rows[0][5]
+    if first_seq is not None and first_seq < start < first_seq + first_span:
+        expected = first_seq  # a packed record holding `start`
+    for _, _, seq, raw, size, span in rows:
+        if seq != expected:
             break
         if raw is None:
             raise SessionCorruptError(
@@ -253,9 +261,10 @@ async def load_after(
                 offset=seq,
             )
         events.append(bytes(raw))
-    if len(events) == end - start:
+        expected = seq + span
+    if expected >= end or len(events) == limit:
         return events
-    missing = start + len(events)
+    missing = expected
     raise SessionCorruptError(
         f"session {session_id!r}: acknowledged event {missing} of {count} is "
         "missing; the database was damaged or edited. Restore it from a backup.",

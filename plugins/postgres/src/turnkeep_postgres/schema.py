@@ -69,7 +69,7 @@ __all__ = [
 
 log = logging.getLogger("turnkeep_postgres")
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 """The schema version this code writes and the newest it reads."""
 
 LOCK_NAMESPACE: Final = 0x746B
@@ -381,6 +381,45 @@ def _migration_7(ident: sql.Identifier) -> Migration:
     )
 
 
+def _migration_8(schema: str) -> Migration:
+    """`events.span`: how many seqs a row stands for (a packed record, more).
+
+    The column comes with a constant default, so existing rows are not
+    rewritten; its check is added `NOT VALID` (every old row holds the
+    default), so no scan of the table holds the migration's lock either.
+    """
+    events = sql.SQL("{}.events").format(sql.Identifier(schema))
+
+    async def check(conn: AsyncConnection[Any]) -> None:
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_constraint c"
+            " JOIN pg_catalog.pg_class t ON t.oid = c.conrelid"
+            " JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace"
+            " WHERE n.nspname = %s AND t.relname = 'events'"
+            " AND c.conname = 'events_span_positive'",
+            (schema,),
+        )
+        if await cur.fetchone() is None:
+            await conn.execute(
+                sql.SQL(
+                    "ALTER TABLE {events} ADD CONSTRAINT events_span_positive"
+                    " CHECK (span >= 1) NOT VALID"
+                ).format(events=events)
+            )
+
+    return Migration(
+        8,
+        "packed records",
+        (
+            sql.SQL(
+                "ALTER TABLE {events} ADD COLUMN IF NOT EXISTS span integer"
+                " NOT NULL DEFAULT 1"
+            ).format(events=events),
+            check,
+        ),
+    )
+
+
 def migrations(schema: str) -> tuple[Migration, ...]:
     """Every migration, oldest first, for tables in `schema`."""
     ident = sql.Identifier(schema)
@@ -392,6 +431,7 @@ def migrations(schema: str) -> tuple[Migration, ...]:
         _migration_5(schema),
         _migration_6(schema),
         _migration_7(ident),
+        _migration_8(schema),
     )
 
 

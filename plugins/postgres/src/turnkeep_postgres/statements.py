@@ -153,10 +153,11 @@ def _texts() -> dict[str, LiteralString]:
             " AND s.next_seq = %(first)s AND s.counted_seq = s.next_seq"
             " AND s.format_version <= %(format)s"
             " RETURNING s.id)"
-            " INSERT INTO {events} (session_id, seq, raw, turn_end)"
-            " SELECT landed.id, %(first)s + e.n - 1, e.raw, e.turn_end"
-            " FROM landed, unnest(%(raws)b::bytea[], %(ends)s::boolean[])"
-            " WITH ORDINALITY AS e(raw, turn_end, n)"
+            " INSERT INTO {events} (session_id, seq, raw, turn_end, span)"
+            " SELECT landed.id, e.seq, e.raw, e.turn_end, e.span"
+            " FROM landed, unnest(%(seqs)s::bigint[], %(raws)b::bytea[],"
+            " %(ends)s::boolean[], %(spans)s::integer[])"
+            " AS e(seq, raw, turn_end, span)"
         ),
         # Many sessions' flushes in one statement (one round trip for a
         # group): the same compare-and-set per row; `landed` names the
@@ -174,11 +175,12 @@ def _texts() -> dict[str, LiteralString]:
             " AND s.generation = i.generation AND s.next_seq = i.first"
             " AND s.counted_seq = s.next_seq"
             " AND s.format_version <= %(format)s RETURNING s.id),"
-            " inserted AS (INSERT INTO {events} (session_id, seq, raw, turn_end)"
-            " SELECT e.session_id, e.seq, e.raw, e.turn_end"
+            " inserted AS (INSERT INTO {events}"
+            " (session_id, seq, raw, turn_end, span)"
+            " SELECT e.session_id, e.seq, e.raw, e.turn_end, e.span"
             " FROM unnest(%(sids)s::text[], %(seqs)s::bigint[], %(raws)b::bytea[],"
-            " %(ends)s::boolean[])"
-            " AS e(session_id, seq, raw, turn_end)"
+            " %(ends)s::boolean[], %(spans)s::integer[])"
+            " AS e(session_id, seq, raw, turn_end, span)"
             " WHERE e.session_id IN (SELECT id FROM landed) RETURNING 1)"
             " SELECT id FROM landed"
         ),
@@ -302,7 +304,7 @@ def _texts() -> dict[str, LiteralString]:
         ),
         "load_events": (
             "SELECT seq, CASE WHEN octet_length(raw) <= %(max)s THEN raw END,"
-            " octet_length(raw) FROM {events}"
+            " octet_length(raw), span FROM {events}"
             " WHERE session_id = %(id)s AND seq < %(count)s ORDER BY seq"
         ),
         "tail_row": (
@@ -316,10 +318,15 @@ def _texts() -> dict[str, LiteralString]:
         "load_range": (
             "SELECT s.format_version, s.next_seq, e.seq,"
             " CASE WHEN octet_length(e.raw) <= %(max)s THEN e.raw END,"
-            " octet_length(e.raw) FROM {sessions} AS s LEFT JOIN {events} AS e"
-            " ON e.session_id = s.id AND e.seq >= %(start)s"
+            " octet_length(e.raw), e.span FROM {sessions} AS s"
+            " LEFT JOIN {events} AS e ON e.session_id = s.id"
+            # From the row holding seq `start`: a packed record may begin
+            # before it.
+            " AND e.seq >= coalesce((SELECT max(p.seq) FROM {events} AS p"
+            " WHERE p.session_id = s.id AND p.seq <= %(start)s), 0)"
             " AND e.seq < least(s.next_seq, %(upto)s)"
             " WHERE s.id = %(id)s AND s.next_seq > 0 ORDER BY e.seq"
+            " LIMIT %(limit)s"
         ),
         "list_first": (
             "SELECT {meta} FROM {sessions} AS s WHERE s.next_seq > 0"

@@ -89,6 +89,8 @@ class Batched:
         time: the last record's time (the new `updated_at` at least).
         raws: the records' bytes, in seq order.
         ends: which of the records end a turn (their `turn_end` flags).
+        spans: how many seqs each record stands for (a packed record, more
+            than one).
         turns: how many of the records end a turn.
         owner: this instance's owner token.
         lease_s: the lease to set, in seconds.
@@ -104,6 +106,7 @@ class Batched:
     time: int
     raws: list[bytes]
     ends: list[bool]
+    spans: list[int]
     turns: int
     owner: uuid.UUID
     lease_s: float
@@ -399,12 +402,13 @@ class Writer:
             "ids": [i.session_id for _, i in items],
             "generations": [i.generation for _, i in items],
             "firsts": [i.first for _, i in items],
-            "counts": [len(i.raws) for _, i in items],
+            "counts": [sum(i.spans) for _, i in items],
             "times": [i.time for _, i in items],
             "turns": [i.turns for _, i in items],
             "sizes": [sum(map(len, i.raws)) for _, i in items],
             "sids": [i.session_id for _, i in items for _ in i.raws],
-            "seqs": [i.first + n for _, i in items for n in range(len(i.raws))],
+            "seqs": [seq for _, i in items for seq in _seqs(i.first, i.spans)],
+            "spans": [span for _, i in items for span in i.spans],
             "raws": [raw for _, i in items for raw in i.raws],
             "ends": [end for _, i in items for end in i.ends],
             "owner": first.owner,
@@ -462,3 +466,12 @@ def _fail(jobs: list[_Job[Any]], error: BaseException) -> None:
     for job in jobs:
         if not job.future.done():
             job.future.set_exception(error)
+
+
+def _seqs(first: int, spans: list[int]) -> list[int]:
+    """Each record's first seq, from the batch's first and the records' spans."""
+    out: list[int] = []
+    for span in spans:
+        out.append(first)
+        first += span
+    return out

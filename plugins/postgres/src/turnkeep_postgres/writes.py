@@ -175,6 +175,7 @@ def append(
     )
     raws = [bytes(r.raw) for r in records]
     ends = [r.is_turn_end for r in records]
+    spans = [r.span for r in records]  # packed records stand for several seqs
     turns = sum(ends)
 
     def params(generation: int) -> dict[str, Any]:
@@ -183,7 +184,7 @@ def append(
             "owner": state.token,
             "generation": generation,
             "first": records[0].seq,
-            "count": len(raws),
+            "count": sum(spans),
             "turns": turns,
             "size": sum(map(len, raws)),
             "time": records[-1].time,
@@ -191,6 +192,8 @@ def append(
             "lease": state.lease_s,
             "raws": raws,
             "ends": ends,
+            "seqs": [r.seq for r in records],
+            "spans": spans,
         }
 
     async def run(tx: Tx) -> None:
@@ -233,6 +236,7 @@ def append(
             time=records[-1].time,
             raws=raws,
             ends=ends,
+            spans=spans,
             turns=turns,
             owner=state.token,
             lease_s=state.lease_s,

@@ -21,7 +21,7 @@ import sqlite3
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import attrs
 import msgspec
@@ -86,6 +86,9 @@ class SqlitePersistence:
     Args:
         config: the options (`SqliteConfig`).
     """
+
+    stores_packs: ClassVar[bool] = True
+    """It keeps packed records (see [packs] in `turnkeep.persistence`)."""
 
     config: SqliteConfig = attrs.Factory(SqliteConfig)
     _token: str = attrs.field(init=False, factory=lambda: secrets.token_hex(16))

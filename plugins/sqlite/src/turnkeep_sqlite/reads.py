@@ -333,8 +333,9 @@ def load(conn: sqlite3.Connection, session_id: str) -> LoadedSession:
                 session_id=session_id,
             ) from exc
         raise
-    if len(events) != count:
-        # seq is unique and below `count`, so a short read means a gap.
+    if len(events) != count and _spanned(conn, row[0], count) != count:
+        # seq is unique and below `count`, so a short read means a gap (packed
+        # records stand for several seqs: their spans must add up).
         first_gap = _first_gap(conn, row[0], count)
         raise SessionCorruptError(
             f"session {session_id!r}: {count} events were acknowledged but only "
@@ -360,15 +361,13 @@ def load_after(
     if start >= end:
         return []
     try:
-        events: list[bytes] = list(
-            chain.from_iterable(
-                conn.execute(
-                    "SELECT raw FROM events WHERE session_key = ? AND seq >= ? "
-                    "AND seq < ? ORDER BY seq",
-                    (key, start, end),
-                )
-            )
-        )
+        # From the row holding seq `start`: a packed record may begin before.
+        rows = conn.execute(
+            "SELECT seq, span, raw FROM events WHERE session_key = ? AND seq >= "
+            "coalesce((SELECT max(seq) FROM events WHERE session_key = ? "
+            "AND seq <= ?), 0) AND seq < ? ORDER BY seq LIMIT ?",
+            (key, key, start, count, limit),
+        ).fetchall()
     except sqlite3.Error as exc:
         if is_corrupt(exc) or primary_code(exc) == _TOOBIG:
             raise SessionCorruptError(
@@ -377,13 +376,23 @@ def load_after(
                 session_id=session_id,
             ) from exc
         raise
-    if len(events) != end - start:
-        # seq is unique in the range, so a short read means a gap.
+    events: list[bytes] = []
+    expected = start
+    if rows and rows[0][0] < start < rows[0][0] + rows[0][1]:
+        expected = rows[0][0]  # a packed record holding `start`
+    for seq, span, raw in rows:
+        if seq != expected:
+            break
+        events.append(raw)
+        expected = seq + span
+    if expected < count and len(events) < limit:
+        # seq is unique, so a row that does not follow on means a gap.
         raise SessionCorruptError(
             f"session {session_id!r}: events {start}..{end - 1} were acknowledged "
-            f"but only {len(events)} of them are stored; the database was "
+            f"but the one at seq {expected} is not stored; the database was "
             "damaged or edited",
             session_id=session_id,
+            offset=expected,
         )
     return events
 
@@ -415,33 +424,35 @@ def intact(conn: sqlite3.Connection, session_id: str) -> IntactLog:
     count = meta.summary.event_count
     events: list[bytes] = []
     why: str | None = None
+    expected = 0  # the seq the next row must start at
     try:
-        for seq, raw in conn.execute(
-            "SELECT seq, raw FROM events WHERE session_key = ? AND seq < ? "
+        for seq, span, raw in conn.execute(
+            "SELECT seq, span, raw FROM events WHERE session_key = ? AND seq < ? "
             "ORDER BY seq",
             (row[0], count),
         ):
-            if seq != len(events):
-                why = f"acknowledged event {len(events)} is missing"
+            if seq != expected:
+                why = f"acknowledged event {expected} is missing"
                 break
             if not isinstance(raw, bytes):
                 why = f"event {seq} is not stored as bytes"
                 break
             events.append(raw)
+            expected = seq + span
     except sqlite3.Error as exc:
         if not (is_corrupt(exc) or primary_code(exc) == _TOOBIG):
             raise
-        why = f"event {len(events)} cannot be read ({exc})"
-    if why is None and len(events) < count:
-        why = f"acknowledged events from {len(events)} on are missing"
+        why = f"event {expected} cannot be read ({exc})"
+    if why is None and expected < count:
+        why = f"acknowledged events from {expected} on are missing"
     if why is None:
         return IntactLog(meta=meta, events=events)
     kept = sum(len(e) for e in events)
     damage = Damage(
-        first_seq=len(events),
+        first_seq=expected,
         last_seq=count - 1,
         lost_bytes=max(meta.summary.size - kept, 0),
-        offset=len(events),
+        offset=expected,
         reason=f"{why}; the database was damaged or edited",
     )
     return IntactLog(meta=meta, events=events, damage=damage)
@@ -622,11 +633,20 @@ def _meta(row: tuple[Any, ...]) -> SessionMeta:
 
 def _first_gap(conn: sqlite3.Connection, key: int, count: int) -> int:
     expected = 0
-    for (seq,) in conn.execute(
-        "SELECT seq FROM events WHERE session_key = ? AND seq < ? ORDER BY seq",
+    for seq, span in conn.execute(
+        "SELECT seq, span FROM events WHERE session_key = ? AND seq < ? ORDER BY seq",
         (key, count),
     ):
         if seq != expected:
             break
-        expected += 1
+        expected += span
     return expected
+
+
+def _spanned(conn: sqlite3.Connection, key: int, count: int) -> int:
+    """How many seqs the rows below `count` stand for (packed records count more)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(span), 0) FROM events WHERE session_key = ? AND seq < ?",
+        (key, count),
+    ).fetchone()
+    return int(row[0])

@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("turnkeep_sqlite")
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The schema this code writes, and the newest it reads.
 
 1: sessions, events, schema_migrations. 2: `sessions.turns` and
@@ -59,7 +59,8 @@ session's latest request to cancel its running turn, from any process).
 with it, and the store's log, `session_key` NULL). 6: the generated column
 `sessions.listing` (a session's metadata as the JSON `list` returns; the
 table is rebuilt with it), carried by both listing indexes so a page is
-read from an index alone.
+read from an index alone. 7: `events.span` (how many seqs a row stands
+for: 1 for an event, more for a packed record, `turnkeep.packs`).
 """
 
 APPLICATION_ID: Final = 0x544B5351
@@ -351,6 +352,14 @@ _MIGRATIONS: Final[tuple[tuple[int, _Step], ...]] = (
         ),
     ),
     (6, _listing),
+    (
+        7,
+        _statements(
+            # A packed record stands for seqs `seq` .. `seq + span - 1`.
+            """ALTER TABLE events ADD COLUMN span INTEGER NOT NULL DEFAULT 1
+                CHECK (typeof(span) = 'integer' AND span >= 1)""",
+        ),
+    ),
 )
 
 _CANTOPEN: Final = 14

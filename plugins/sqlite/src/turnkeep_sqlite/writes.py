@@ -67,14 +67,14 @@ def _insert_events(
     """
     for start in range(0, len(records), _ROWS_PER_INSERT):
         part = records[start : start + _ROWS_PER_INSERT]
-        values = [v for r in part for v in (key, r.seq, r.type, r.time, r.raw)]
+        values = [v for r in part for v in (key, r.seq, r.type, r.time, r.raw, r.span)]
         conn.execute(_insert_sql(len(part)), values)
 
 
 def _insert_sql(rows: int) -> str:
     return (
-        "INSERT INTO events (session_key, seq, type, time, raw) VALUES "  # noqa: S608 - only "?" marks are joined in
-        + ", ".join(["(?, ?, ?, ?, ?)"] * rows)
+        "INSERT INTO events (session_key, seq, type, time, raw, span) VALUES "  # noqa: S608 - only "?" marks are joined in
+        + ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
     )
 
 
@@ -112,13 +112,14 @@ class _Row(NamedTuple):
     generation: int
     owner_token: str | None
     owner_info: bytes | None
-    last_present: int | None  # 1 if the event at next_seq - 1 exists
+    last_present: int | None  # 1 if the last row ends at next_seq - 1
 
 
 _SELECT_ROW: Final = (
     "SELECT key, format_version, next_seq, generation, owner_token, owner_info, "
-    "(SELECT 1 FROM events WHERE session_key = sessions.key "
-    "AND seq = sessions.next_seq - 1) "
+    "(SELECT seq + span = sessions.next_seq OR NULL FROM events "
+    "WHERE session_key = sessions.key AND seq < sessions.next_seq "
+    "ORDER BY seq DESC LIMIT 1) "
     "FROM sessions WHERE id = ?"
 )
 
@@ -243,7 +244,7 @@ def append(
     key = row.key
     _insert_events(conn, key, records)
     numbers = (
-        next_seq + len(records),
+        records[-1].last + 1,
         records[-1].time,
         count_turn_ends(records),
         sum(len(r.raw) for r in records),
