@@ -302,3 +302,18 @@ def test_a_pack_out_of_place_is_corruption() -> None:
     pack = pack_batch(records_of(events[5:]), events, max_bytes=1 << 20)
     with pytest.raises(SessionCorruptError, match="not contiguous"):
         EventCodec().decode_log([pack[0].raw], session_id="s")
+
+
+@pytest.mark.asyncio
+async def test_flushes_after_a_pack_continue_after_its_last_seq() -> None:
+    plugin = Shared()
+    async with Host(make_config(persistence="shared"), plugins=[plugin]) as host:
+        session = host.sessions.create("s")
+        for _turn in range(3):
+            stream(session, PIECES, message="".join(PIECES))
+            await session.flush()
+            assert session.settled
+        live_bytes = [host.codec.encode(e) for e in session.events]
+    stored = plugin.storage.sessions["s"]
+    assert sum(map(is_pack, stored.events)) == 3
+    assert expand_all(stored.events) == live_bytes

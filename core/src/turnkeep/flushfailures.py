@@ -34,10 +34,10 @@ def in_doubt(
         batch: the records of the attempt.
         cause: what the backend raised.
     """
-    first, last = doubt or (batch[0].seq, batch[-1].seq)
+    first, last = doubt or (batch[0].seq, batch[-1].last)
     rest = (
-        f"; seq {last + 1}..{batch[-1].seq} are not stored"
-        if batch[-1].seq > last
+        f"; seq {last + 1}..{batch[-1].last} are not stored"
+        if batch[-1].last > last
         else ""
     )
     what = (

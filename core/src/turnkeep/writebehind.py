@@ -389,7 +389,7 @@ class WriteBehind:
         """Mark the session fenced; record the refusal the first time."""
         if not writes.fenced:
             writes.fenced = True
-            detail = {"first_seq": batch[0].seq, "events": len(batch)}
+            detail = {"first_seq": batch[0].seq, "events": _events(batch)}
             await note(self.backend, "fenced_write", session.id, why, detail=detail)
 
     async def _append(
@@ -437,7 +437,7 @@ class WriteBehind:
             ) from exc
         except SessionDeletedError as exc:
             await self._refused(session, writes, batch, "deleted by another process")
-            raise deleted(session.id, len(batch), batch[0].seq) from exc
+            raise deleted(session.id, _events(batch), batch[0].seq) from exc
         except SessionFencedError as exc:
             await self._refused(session, writes, batch, "another process took over")
             if writes.in_doubt is not None:
@@ -446,7 +446,7 @@ class WriteBehind:
                 ) from exc
             raise FlushError(
                 f"session {session.id!r}: another process took it over, so "
-                f"{len(batch)} event(s) from seq {batch[0].seq} cannot be stored "
+                f"{_events(batch)} event(s) from seq {batch[0].seq} cannot be stored "
                 "by this one; close it (a report says what stayed unsaved) or "
                 "resume it afresh to continue from what the new owner wrote",
                 session_id=session.id,
@@ -459,13 +459,18 @@ class WriteBehind:
                     self.name, session.id, writes.in_doubt, writes.fenced, batch, exc
                 ) from exc
             raise FlushError(
-                f"session {session.id!r}: {len(batch)} event(s) from seq "
+                f"session {session.id!r}: {_events(batch)} event(s) from seq "
                 f"{batch[0].seq} could not be stored in {self.name!r}: {exc}. "
                 "They stay buffered; the next flush retries them.",
                 session_id=session.id,
             ) from exc
-        acknowledge(writes, len(batch))
+        acknowledge(writes, _events(batch))
         return summary is not None
+
+
+def _events(batch: Sequence[EventRecord]) -> int:
+    """How many events `batch` stands for (a packed record, several)."""
+    return batch[-1].last + 1 - batch[0].seq
 
 
 def _group(failures: list[BaseException]) -> BaseException:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(TESTS))
 
 import msgspec  # noqa: E402
 
-from plugins.jsonl.helpers import MIB, huge_turn, meta, turn  # noqa: E402
+from plugins.jsonl.helpers import MIB, huge_turn, meta, seqs, turn  # noqa: E402
 from support.faultyops import NoSyncFileOps  # noqa: E402
 from turnkeep.errors import (  # noqa: E402
     FlushOutcomeUnknownError,
@@ -143,7 +143,7 @@ async def writer(cmd: dict[str, Any]) -> None:
     if cmd.get("claim"):
         await backend.claim(session, steal=cmd.get("steal", False))
         if cmd.get("fresh_seq"):
-            seq = len((await backend.load(session)).events)
+            seq = await backend.last_seq(session) + 1
     else:
         await backend.create(meta(session, title=cmd.get("title")))
     if cmd.get("alarm_us"):
@@ -155,9 +155,10 @@ async def writer(cmd: dict[str, Any]) -> None:
             seed=cmd["seed"],
             big=cmd.get("big", False),
             tag=cmd.get("tag", ""),
+            streamed=cmd.get("streamed", False),
         )
         await backend.append(session, batch)
-        seq += len(batch)
+        seq += seqs(batch)
         if cmd.get("count_calls") and isinstance(ops, PausingFileOps):
             ack(cmd["acks"], index + 1, ops.calls)
         else:

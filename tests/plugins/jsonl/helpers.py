@@ -16,6 +16,8 @@ import pytest
 
 from turnkeep.codec import EventCodec, EventRecord
 from turnkeep.events import (
+    AssistantChunk,
+    AssistantChunkData,
     AssistantMessage,
     AssistantMessageData,
     SessionEvent,
@@ -25,6 +27,7 @@ from turnkeep.events import (
     UserMessageData,
 )
 from turnkeep.meta import SessionHeader, SessionMeta, SessionSummary
+from turnkeep.packing import pack_batch
 from turnkeep_jsonl import FileOps, JsonlPersistence
 from turnkeep_jsonl.names import LOG_SUFFIX, session_name
 
@@ -48,13 +51,18 @@ def turn(
     big: bool = False,
     tag: str = "",
     span: int = 300,
+    streamed: bool = False,
 ) -> list[EventRecord]:
     """Turn `index` of a deterministic workload: 3-8 events from `seq0`.
 
     Sizes are 0-`span` bytes, with one event in twenty of 1-6 KiB, so some
     flushes span several disk sectors (`big`: 0 B to 64 KiB, log-uniform).
-    Cached: treat the list as read-only.
+    `streamed`: a user message, a reply streamed in 2-60 chunks and its
+    message (stored as one packed record), a turn end. Cached: treat the
+    list as read-only.
     """
+    if streamed:
+        return _streamed(seq0, index, seed=seed, tag=tag)
     rnd = random.Random(f"{seed}:{index}:{tag}")
     count = rnd.randint(3, 8)
     events: list[SessionEvent] = []
@@ -114,16 +122,53 @@ def huge_turn(seq0: int, index: int, *, seed: object = 0) -> list[EventRecord]:
     return [CODEC.record(e) for e in events]
 
 
+def _streamed(seq0: int, index: int, *, seed: object, tag: str) -> list[EventRecord]:
+    rnd = random.Random(f"{seed}:{index}:{tag}:streamed")
+    pieces = [
+        f"{tag}{index}.{i}" + "ab\u00e9\u2603 "[i % 5] * rnd.randint(0, 9)
+        for i in range(rnd.randint(2, 60))
+    ]
+    events: list[SessionEvent] = [
+        UserMessage(seq=seq0, time=T0 + seq0 * 10, data=UserMessageData(text="go"))
+    ]
+    seq = seq0 + 1
+    for piece in pieces:
+        time = T0 + seq * 10 + rnd.randint(0, 9)
+        events.append(
+            AssistantChunk(seq=seq, time=time, data=AssistantChunkData(text=piece))
+        )
+        seq += 1
+    reply = AssistantMessageData(text="".join(pieces))
+    events.append(AssistantMessage(seq=seq, time=T0 + seq * 10, data=reply))
+    end = TurnEndData(turn=index, status="completed")
+    events.append(TurnEnd(seq=seq + 1, time=T0 + seq * 10 + 10, data=end))
+    log = [*([events[0]] * seq0), *events]  # `pack_batch` reads events by seq
+    return pack_batch([CODEC.record(e) for e in events], log, max_bytes=1 << 24)
+
+
+def seqs(records: list[EventRecord]) -> int:
+    """How many seqs `records` stand for (a packed record, several)."""
+    return sum(r.span for r in records)
+
+
 def turns(
-    count: int, *, seed: object = 0, big: bool = False, tag: str = "", span: int = 300
+    count: int,
+    *,
+    seed: object = 0,
+    big: bool = False,
+    tag: str = "",
+    span: int = 300,
+    streamed: bool = False,
 ) -> list[list[EventRecord]]:
     """`count` consecutive turns, seq contiguous from 0."""
     out: list[list[EventRecord]] = []
     seq = 0
     for index in range(count):
-        batch = turn(seq, index, seed=seed, big=big, tag=tag, span=span)
+        batch = turn(
+            seq, index, seed=seed, big=big, tag=tag, span=span, streamed=streamed
+        )
         out.append(batch)
-        seq += len(batch)
+        seq += seqs(batch)
     return out
 
 

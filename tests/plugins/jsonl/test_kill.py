@@ -56,7 +56,8 @@ async def kill_trial(
     zygote: Zygote, root: Path, rng: random.Random, trial: int, duration: float
 ) -> None:
     store, ack_file = root / f"s{trial}", root / f"a{trial}"
-    seed, big = rng.randrange(2**32), trial % 2 == 0
+    # Every third trial streams its replies (stored as packed records).
+    seed, big, streamed = rng.randrange(2**32), trial % 3 == 0, trial % 3 == 1
     status = zygote.call(
         op="run",
         role="writer",
@@ -65,12 +66,13 @@ async def kill_trial(
         turns=200,
         seed=seed,
         big=big,
+        streamed=streamed,
         acks=str(ack_file),
         alarm_us=int(rng.uniform(1, duration * 1e6)),
     )
     assert status["state"] in ("exited", "signaled"), status
     acked = len(acks(ack_file))
-    batches = workload(200, seed=seed, big=big)
+    batches = workload(200, seed=seed, big=big, streamed=streamed)
     backend = JsonlPersistence(store)
     try:
         try:
@@ -83,8 +85,9 @@ async def kill_trial(
         log = next(store.glob("g-*/*.jsonl"))
         before = log.read_bytes()
         added: list[bytes] = []
+        stored = sum(r.span for b in batches[:count] for r in b)
         for index in range(10):
-            batch = turn(len(loaded.events) + len(added), 500 + index, seed=seed)
+            batch = turn(stored + len(added), 500 + index, seed=seed)
             await backend.append("s", batch)
             added += [r.raw for r in batch]
         assert (await backend.load("s")).events == loaded.events + added

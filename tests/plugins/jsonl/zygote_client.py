@@ -58,13 +58,13 @@ def acks(path: Path) -> list[list[int]]:
 
 
 def workload(
-    turns: int, *, seed: int, big: bool = False, tag: str = ""
+    turns: int, *, seed: int, big: bool = False, tag: str = "", streamed: bool = False
 ) -> list[list[EventRecord]]:
     out: list[list[EventRecord]] = []
     seq = 0
     for index in range(turns):
-        out.append(turn(seq, index, seed=seed, big=big, tag=tag))
-        seq += len(out[-1])
+        out.append(turn(seq, index, seed=seed, big=big, tag=tag, streamed=streamed))
+        seq += sum(r.span for r in out[-1])
     return out
 
 
