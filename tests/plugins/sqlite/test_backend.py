@@ -375,8 +375,8 @@ async def test_a_driver_error_half_way_reruns_the_rest_of_the_group(
     # A stray row where the next flush's second event goes (a hand edit):
     # that flush fails inside its insert, after writing its first row.
     conn.execute(
-        "INSERT INTO events VALUES ((SELECT key FROM sessions WHERE id = 'bad'), "
-        "4, 'x', 0, x'00')"
+        "INSERT INTO events (session_key, seq, type, time, raw) VALUES "
+        "((SELECT key FROM sessions WHERE id = 'bad'), 4, 'x', 0, x'00')"
     )
     conn.execute("BEGIN IMMEDIATE")
     tasks = [
