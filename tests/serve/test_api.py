@@ -17,6 +17,7 @@ from turnkeep.agent.messages import derive_messages, encode_messages
 from turnkeep.auditing import note
 from turnkeep.codec import EventCodec
 from turnkeep.errors import StorageError
+from turnkeep.packs import expand_all
 from turnkeep.serve.paths import url_id
 
 pytestmark = pytest.mark.asyncio
@@ -149,7 +150,7 @@ async def test_events_are_the_committed_records_after_a_seq(
     store: Store, served: Served
 ) -> None:
     await converse(store, "s-one")
-    stored = (await store.load("s-one")).events
+    stored = expand_all((await store.load("s-one")).events)
     async with served(store) as client:
         page = (
             await client.get("/sessions/s-one/events", params={"after": 2, "limit": 4})
@@ -177,7 +178,7 @@ async def test_history_is_the_derived_model_history(
     sqlite_store: Store, served: Served
 ) -> None:
     await converse(sqlite_store, "s-one")
-    stored = (await sqlite_store.load("s-one")).events
+    stored = expand_all((await sqlite_store.load("s-one")).events)
     expected = derive_messages(EventCodec().decode_log(stored, session_id="s-one"))
     async with served(sqlite_store) as client:
         reply = await client.get("/sessions/s-one/history")

@@ -23,6 +23,7 @@ from tests.support.waiting import eventually
 from turnkeep import follow as core_follow
 from turnkeep.config import ServeConfig
 from turnkeep.events import UserMessageData
+from turnkeep.packs import expand_all
 from turnkeep.serve import create_app, follow
 from turnkeep.serve.follow import Tails
 
@@ -120,7 +121,7 @@ async def take(
 
 async def test_followers_see_every_commit_once_in_order(store: Store) -> None:
     await converse(store, "s-one", prompts=("first",))
-    before = len((await store.load("s-one")).events)
+    before = len(expand_all((await store.load("s-one")).events))
     async with running(store) as base:
         url = f"{base}/sessions/s-one/stream?after=-1"
         followers = [asyncio.create_task(take(url, before + 5)) for _ in range(3)]
@@ -140,7 +141,7 @@ async def test_followers_see_every_commit_once_in_order(store: Store) -> None:
             for prompt in ("two", "three"):
                 await loop.run_turn(prompt)
             await loop.close()
-        total = len((await store.load("s-one")).events)
+        total = len(expand_all((await store.load("s-one")).events))
         assert total >= before + 5
         for seqs in await asyncio.wait_for(asyncio.gather(*followers), 30):
             assert seqs == list(range(before + 5))
@@ -189,7 +190,7 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
         slow = tails.subscribe("s-one")
         fast = tails.subscribe("s-one")
         got: list[int] = []
-        before = len((await sqlite_store.load("s-one")).events)
+        before = len(expand_all((await sqlite_store.load("s-one")).events))
 
         async def drain() -> None:
             while True:
@@ -213,7 +214,7 @@ async def test_a_slow_subscriber_is_dropped_and_the_others_keep_up(
             await loop.run_turn("two")
             await loop.run_turn("three")
             await loop.close()
-        total = len((await sqlite_store.load("s-one")).events)
+        total = len(expand_all((await sqlite_store.load("s-one")).events))
         assert total - before > 2  # more than the queue holds
         await eventually(lambda: len(got) >= total - before, what="the fast subscriber")
         reader.cancel()
@@ -259,7 +260,7 @@ async def test_a_stream_that_falls_behind_ends_with_dropped(
         app = create_app(host, ServeConfig(), poll_interval=0.01, queue_size=2)
         async with app.router.lifespan_context(app):
             api = app.state.api
-            last = (await sqlite_store.load("s-one")).events
+            last = expand_all((await sqlite_store.load("s-one")).events)
             assert api.guard.budgets.open_stream("addr:test")
             stream = api._committed("s-one", len(last) - 1, "addr:test")
             first = asyncio.create_task(anext(stream))

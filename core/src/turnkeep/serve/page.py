@@ -28,6 +28,7 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from turnkeep.packs import expand_all
 from turnkeep.serve.api import Api
 from turnkeep.serve.listing import list_page
 from turnkeep.serve.paths import url_id
@@ -153,9 +154,10 @@ class Pages:
             raise
         loaded = await self.api.load(request)
         meta = loaded.meta
-        events = self.api.host.codec.decode_log(loaded.events, session_id=meta.id)
+        raws = expand_all(loaded.events)  # a packed record: its events' bytes
+        events = self.api.host.codec.decode_log(raws, session_id=meta.id)
         live = meta.summary.status == "active"
-        transcript = render_events(events, [len(r) for r in loaded.events], live=live)
+        transcript = render_events(events, [len(r) for r in raws], live=live)
         summary = meta.summary
         title = summary.title or summary.first_prompt or meta.id
         csrf = self.api.guard.csrf_token(request)
@@ -180,7 +182,7 @@ class Pages:
             f"{cancel}"
             f'<div id="transcript" data-session="{escape(meta.id)}" '
             f'data-path="{escape(url_id(meta.id))}" '
-            f'data-last-seq="{len(loaded.events) - 1}">{transcript}</div>'
+            f'data-last-seq="{len(events) - 1}">{transcript}</div>'
         )
         return _document(title, body, csrf=csrf)
 
