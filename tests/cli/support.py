@@ -36,6 +36,7 @@ from turnkeep.events import (
     UserMessageData,
 )
 from turnkeep.meta import FORMAT_VERSION
+from turnkeep.packs import expand_all
 from turnkeep.persistence import LoadedSession
 from turnkeep.testing import Reply, ScriptedCall, ScriptedModel
 
@@ -74,13 +75,21 @@ class Store:
         )
 
     @asynccontextmanager
-    async def host(self) -> AsyncGenerator[Host]:
-        async with Host(self.config()) as started:
+    async def host(self, **extra: Any) -> AsyncGenerator[Host]:
+        async with Host(self.config(**extra)) as started:
             yield started
 
     async def load(self, session_id: str) -> LoadedSession:
+        """The stored session, one entry per event (packed records expanded,
+        as every reader of the log sees them)."""
         async with self.host() as host:
-            return await host.require_persistence().load(session_id)
+            loaded = await host.require_persistence().load(session_id)
+        return msgspec.structs.replace(loaded, events=expand_all(loaded.events))
+
+    async def records(self, session_id: str) -> list[bytes]:
+        """The stored records themselves (a packed record stands for several)."""
+        async with self.host() as host:
+            return (await host.require_persistence().load(session_id)).events
 
     async def ids(self) -> list[str]:
         async with self.host() as host:
@@ -157,15 +166,20 @@ async def converse(
     store: Store,
     session_id: str,
     prompts: Sequence[str] = ("hello", "look it up", "thanks"),
+    *,
+    session_format: int | None = None,
 ) -> None:
     """A conversation through the agent loop: one turn per prompt.
 
-    The second turn's reply calls the `lookup` tool.
+    The second turn's reply calls the `lookup` tool. `session_format=2`
+    stores one record per event (no packed records): for tests that damage
+    the row or line of a given seq.
     """
+    extra = {} if session_format is None else {"session_format": session_format}
     replies = [Reply(f"reply {i}") for i in range(len(prompts) + 2)]
     if len(prompts) > 1:
         replies[1] = Reply("checking", calls=(ScriptedCall("lookup", {"q": "x"}),))
-    async with store.host() as host:
+    async with store.host(**extra) as host:
         loop = AgentLoop.create(
             "test-agent",
             host=host,

@@ -40,7 +40,8 @@ def test_verify_a_healthy_store(store: Store) -> None:
 
 def test_verify_reports_damage_with_session_offset_and_meaning(store: Store) -> None:
     asyncio.run(converse(store, "good", prompts=("hi",)))
-    asyncio.run(converse(store, "bad", prompts=("a", "b", "c", "d")))
+    # One record per event: the damage below hits the row of a given seq.
+    asyncio.run(converse(store, "bad", prompts=("a", "b", "c", "d"), session_format=2))
     damage(store, "bad")
     before = store.digest()
     result = cli("verify", "--all", store=store)
@@ -130,7 +131,8 @@ def test_repair_refusals(store: Store, hold: Callable[[Store, str], object]) -> 
     assert "'ghost'" in one_line_error(ghost)
     if store.name != "jsonl":
         return
-    asyncio.run(converse(store, "bad", prompts=("a", "b", "c", "d")))
+    # One record per event: the damage below hits the row of a given seq.
+    asyncio.run(converse(store, "bad", prompts=("a", "b", "c", "d"), session_format=2))
     damage(store, "bad")
     tear(store, "bad")
     before = store.digest()

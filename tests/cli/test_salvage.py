@@ -83,7 +83,7 @@ def test_jsonl_salvage_keeps_the_whole_flushes_before_the_damage(
     jsonl_store: Store,
 ) -> None:
     store = jsonl_store
-    asyncio.run(converse(store, "s"))
+    asyncio.run(converse(store, "s", session_format=2))
     before = asyncio.run(store.load("s")).events
     ends = commits(store, "s")
     assert len(ends) >= 4
@@ -118,7 +118,7 @@ def test_jsonl_salvage_keeps_the_whole_flushes_before_the_damage(
 
 def test_jsonl_salvage_prints_the_new_id_and_what_was_lost(jsonl_store: Store) -> None:
     store = jsonl_store
-    asyncio.run(converse(store, "s"))
+    asyncio.run(converse(store, "s", session_format=2))
     ends = commits(store, "s")
     flip_event(store, "s", ends[0] + 1)
     result = cli("repair", "--salvage", "s", store=store)
@@ -137,7 +137,7 @@ def test_sqlite_salvage_keeps_the_events_before_a_damaged_row(
     sqlite_store: Store, how: str
 ) -> None:
     store = sqlite_store
-    asyncio.run(converse(store, "s"))
+    asyncio.run(converse(store, "s", session_format=2))
     before = asyncio.run(store.load("s")).events
     if how == "missing-row":
         damage(store, "s")  # deletes the row of seq 5
@@ -171,7 +171,7 @@ def test_sqlite_salvage_keeps_the_events_before_a_damaged_row(
 
 def test_postgres_salvage_of_a_garbled_row(pg_store: Store) -> None:
     store = pg_store
-    asyncio.run(converse(store, "s"))
+    asyncio.run(converse(store, "s", session_format=2))
     before = asyncio.run(store.load("s")).events
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(
@@ -188,7 +188,7 @@ def test_postgres_salvage_of_a_garbled_row(pg_store: Store) -> None:
 
 
 def test_nothing_to_salvage_in_an_undamaged_session(store: Store) -> None:
-    asyncio.run(converse(store, "s", prompts=("hi",)))
+    asyncio.run(converse(store, "s", prompts=("hi",), session_format=2))
     result = cli("repair", "--salvage", "s", store=store)
     assert result.exit_code == 1
     line = one_line_error(result)
@@ -198,7 +198,7 @@ def test_nothing_to_salvage_in_an_undamaged_session(store: Store) -> None:
 
 
 def test_damage_from_the_first_event_leaves_nothing_to_salvage(store: Store) -> None:
-    asyncio.run(converse(store, "s"))
+    asyncio.run(converse(store, "s", session_format=2))
     if store.name == "jsonl":
         damage(store, "s")  # flips a byte of the first event
     else:
@@ -220,8 +220,8 @@ def test_damage_from_the_first_event_leaves_nothing_to_salvage(store: Store) -> 
 def test_salvage_refuses_a_taken_id_and_an_unknown_session(
     store: Store, tmp_path: Path
 ) -> None:
-    asyncio.run(converse(store, "s"))
-    asyncio.run(converse(store, "other", prompts=("hi",)))
+    asyncio.run(converse(store, "s", session_format=2))
+    asyncio.run(converse(store, "other", prompts=("hi",), session_format=2))
     if store.name == "jsonl":
         flip_event(store, "s", commits(store, "s")[0] + 1)
     else:
@@ -243,7 +243,7 @@ def test_id_without_salvage_is_a_usage_error(store: Store) -> None:
 
 def test_jsonl_salvage_of_a_log_that_lost_its_end(jsonl_store: Store) -> None:
     store = jsonl_store
-    asyncio.run(converse(store, "s"))
+    asyncio.run(converse(store, "s", session_format=2))
     before = asyncio.run(store.load("s")).events
     ends = commits(store, "s")
     path = log_file(store, "s")

@@ -134,7 +134,7 @@ def test_unknown_session_is_one_line_and_a_traceback_only_with_debug(
 
 
 def test_corrupt_session(store: Store) -> None:
-    asyncio.run(converse(store, "s", prompts=("a", "b", "c", "d")))
+    asyncio.run(converse(store, "s", prompts=("a", "b", "c", "d"), session_format=2))
     damage(store, "s")
     for command in (("show", "s"), ("tail", "s"), ("export", "s")):
         result = cli(*command, store=store)

@@ -304,6 +304,8 @@ def _disagreement(source: LoadedSession, present: LoadedSession) -> str | None:
     a, b = source.meta.header, present.meta.header
     if (a.created_at, a.cwd, a.parent) != (b.created_at, b.cwd, b.parent):
         return "is another session (its header differs)"
+    present = _expanded(present)
+    source = _expanded(source)
     have = len(present.events)
     if have > len(source.events):
         return f"has {have} events, more than the source's {len(source.events)}"
@@ -312,11 +314,16 @@ def _disagreement(source: LoadedSession, present: LoadedSession) -> str | None:
     return None
 
 
+def _expanded(loaded: LoadedSession) -> LoadedSession:
+    """`loaded` with one entry per event (packed records expanded)."""
+    return msgspec.structs.replace(loaded, events=expand_all(loaded.events))
+
+
 async def _check(
     source: SessionPersistence, target: SessionPersistence, session_id: str
 ) -> Checked:
-    a = (await source.load(session_id)).events
-    b = (await target.load(session_id)).events
+    a = expand_all((await source.load(session_id)).events)
+    b = expand_all((await target.load(session_id)).events)
     sha = digest(a)
     return Checked(
         session_id=session_id,

@@ -121,7 +121,9 @@ def show(session_id: str, raw: bool, messages: bool, as_json: bool, full: bool) 
             loaded = await store.backend.load(validate_session_id(session_id))
             # A turn its crashed process left running shows as interrupted.
             (meta,) = await with_liveness(store.backend, [loaded.meta])
-            loaded = msgspec.structs.replace(loaded, meta=meta)
+            # One entry per event: a packed record prints as its events.
+            events_ = expand_all(loaded.events)
+            loaded = msgspec.structs.replace(loaded, meta=meta, events=events_)
             codec = store.host.codec
             if raw:
                 for event in loaded.events:
