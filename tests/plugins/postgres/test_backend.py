@@ -104,6 +104,42 @@ async def test_flushes_arriving_together_share_one_transaction(
 
 
 @pytest.mark.asyncio
+async def test_taking_and_giving_up_a_session_do_not_wait_for_the_wal_flush(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Open per request (claim, one turn, release): only the turn's commit
+    # waits for the WAL flush; the writer role rides on it.
+    store = open_store()
+    await store.create(meta("s"))
+    await store.append("s", turn(0, "first"))
+    await store.release("s")
+    sent: list[str] = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def recording(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(query, bytes):
+            query = query.decode()
+        sent.append(query if isinstance(query, str) else query.as_string(self))
+        return await execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", recording)
+    light = store.writer_stats.light
+    marks: dict[str, int] = {}
+    await store.claim("s")
+    marks["claim"] = len(sent)
+    await store.append("s", turn(2, "second"))
+    marks["append"] = len(sent)
+    await store.release("s")
+    marks["release"] = len(sent)
+    off = "SET LOCAL synchronous_commit TO off"
+    assert sent[: marks["claim"]].count(off) == 1
+    assert sent[marks["claim"] : marks["append"]].count(off) == 0
+    assert sent[marks["append"] : marks["release"]].count(off) == 1
+    assert store.writer_stats.light == light + 2
+    assert len((await store.load("s")).events) == 4
+
+
+@pytest.mark.asyncio
 async def test_a_refusal_in_a_group_fails_only_its_session(
     open_store: OpenStore,
 ) -> None:

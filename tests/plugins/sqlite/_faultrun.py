@@ -13,6 +13,8 @@ the database passes `integrity_check`; and the reopened session takes a new
 turn.
 
 `python _faultrun.py read-eio DIR` fails a read during `load`.
+`python _faultrun.py syncs DIR` counts the syncs of one turn on a held
+session, and of claim + the same turn + release (a request's open and close).
 `python _faultrun.py rlimit DIR TRIALS SEED` runs plan item 14: each trial
 lowers `RLIMIT_FSIZE` to a random size and writes until the kernel refuses.
 
@@ -240,9 +242,31 @@ async def rlimit(root: Path, trials: int, seed: int) -> dict[str, Any]:
     return {"trials": trials, "refused": refused, "violations": violations}
 
 
+async def syncs(root: Path) -> dict[str, Any]:
+    shim = Shim()
+    path = root / "s.sqlite3"
+    backend = SqlitePersistence(SqliteConfig(path=path))
+    await backend.create(meta())
+    await backend.append("s", WORKLOAD[0])
+    before = shim.count(KINDS["sync"])
+    await backend.append("s", WORKLOAD[1])
+    turn = shim.count(KINDS["sync"]) - before
+    await backend.release("s")
+    before = shim.count(KINDS["sync"])
+    await backend.claim("s")
+    await backend.append("s", WORKLOAD[2])
+    await backend.release("s")
+    request = shim.count(KINDS["sync"]) - before
+    await backend.aclose()
+    violations = await verify(path, 3, False)
+    return {"turn": turn, "request": request, "violations": violations}
+
+
 def main(argv: list[str]) -> None:
     mode = argv[0]
-    if mode == "loop":
+    if mode == "syncs":
+        result = asyncio.run(syncs(Path(argv[1])))
+    elif mode == "loop":
         stride = int(argv[4]) if len(argv) > 4 else 1
         result = asyncio.run(loop(argv[1], argv[2], Path(argv[3]), stride))
     elif mode == "read-eio":

@@ -79,6 +79,15 @@ def test_io_error_at_every_call_soak(
     assert result["violations"] == []
 
 
+def test_claim_and_release_add_no_sync_to_a_turn(shim: Path, tmp_path: Path) -> None:
+    # Open per request: take the writer role, one turn, give it up. Only the
+    # turn's commit syncs; the role rides on it (a light commit, R9).
+    result = run(["syncs", str(tmp_path)], shim=shim, match=tmp_path)
+    assert result["turn"] >= 1
+    assert result["request"] == result["turn"], result
+    assert result["violations"] == []
+
+
 def test_eio_during_load_is_a_typed_error(shim: Path, tmp_path: Path) -> None:
     result = run(["read-eio", str(tmp_path)], shim=shim, match=tmp_path)
     assert result["violations"] == []

@@ -136,6 +136,12 @@ class Op(Generic[T]):
             Alone in a group, such an operation runs on the autocommit
             connection without a transaction of its own, and commits with
             its statement: one round trip, not three.
+        light: taking or giving up the writer role: a group of light
+            operations commits with `synchronous_commit` off, so it does not
+            wait for the WAL flush. The server still commits it in order: the
+            next durable commit's flush covers it, and a crash of the server
+            before then leaves the session as its last owner left it (a lost
+            release is a lease that runs out, R9).
     """
 
     run: Callable[[Tx], Awaitable[T]]
@@ -144,6 +150,7 @@ class Op(Generic[T]):
     doing: str
     batch: Callable[[], Batched | None] | None = None
     atomic: bool | Callable[[], bool] = False
+    light: bool = False
 
 
 def _now(flag: bool | Callable[[], bool]) -> bool:
@@ -165,8 +172,9 @@ class WriterStats:
 
     Groups committed (`groups`: transactions, and lone operations that
     committed with their own statement, also counted in `solo`) and the
-    operations they held, the largest group, and appends that shared one
-    statement (`batched`).
+    operations they held, the largest group, appends that shared one
+    statement (`batched`), and groups committed without waiting for the WAL
+    flush (`light`: only the writer role changed hands).
     """
 
     groups: int = 0
@@ -174,6 +182,7 @@ class WriterStats:
     largest_group: int = 0
     batched: int = 0
     solo: int = 0
+    light: int = 0
 
 
 def _order(job: _Job[Any]) -> tuple[bool, str]:
@@ -291,10 +300,15 @@ class Writer:
         # Set once the server may commit: a failure from then on, if the
         # connection is lost, leaves the outcome unknown.
         committing = False
+        # Only the writer role changes hands: no wait for the WAL flush.
+        light = all(job.op.light for job in jobs)
         # A lone one-statement operation commits with its statement.
-        solo = not shared and _now(jobs[0].op.atomic)
+        solo = not shared and not light and _now(jobs[0].op.atomic)
         try:
             async with contextlib.nullcontext() if solo else conn.transaction():
+                if light:
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                    self.stats.light += 1
                 rest = jobs
                 if shared and batching:
                     in_batch = True

@@ -365,7 +365,7 @@ def claim(state: OwnerState, session_id: str, *, steal: bool) -> Op[None]:
     async def run(tx: Tx) -> None:
         await _take(tx, state, session_id, steal=steal)
 
-    return Op(run, session_id, clean=True, doing=f"claiming {session_id!r}")
+    return Op(run, session_id, clean=True, doing=f"claiming {session_id!r}", light=True)
 
 
 def release(state: OwnerState, session_id: str) -> Op[None]:
@@ -380,7 +380,9 @@ def release(state: OwnerState, session_id: str) -> Op[None]:
         state.hold(tx, session_id, None)
         state.stage(tx, session_id, False)
 
-    return Op(run, session_id, clean=True, doing=f"releasing {session_id!r}")
+    return Op(
+        run, session_id, clean=True, doing=f"releasing {session_id!r}", light=True
+    )
 
 
 def release_all(state: OwnerState) -> Op[None]:
@@ -395,7 +397,7 @@ def release_all(state: OwnerState) -> Op[None]:
         for session_id in list(state.pending):
             state.stage(tx, session_id, False)
 
-    return Op(run, None, clean=True, doing="releasing every session")
+    return Op(run, None, clean=True, doing="releasing every session", light=True)
 
 
 def renew(state: OwnerState) -> Op[set[str]]:

@@ -118,6 +118,7 @@ class SqlitePersistence:
             verify=self._database.verify,
             busy_timeout_s=self.config.busy_timeout_ms / 1000,
             max_group=self.config.max_group_flushes,
+            synchronous=self.config.synchronous,
         )
         self._readers = Readers(
             self.config,
@@ -355,14 +356,19 @@ class SqlitePersistence:
     async def claim(self, session_id: str, *, steal: bool = False) -> None:
         """Take the writer role; a crashed owner's role is taken without `steal`."""
         session_id = validate_session_id(session_id)
+        # Light: the turn's own durable commit syncs it (see `Writer.submit`),
+        # so a process that opens, runs one turn and closes pays one sync.
         await self._write(
-            lambda tx: writes.claim(tx, self._state, session_id, steal=steal)
+            lambda tx: writes.claim(tx, self._state, session_id, steal=steal),
+            light=True,
         )
 
     async def release(self, session_id: str) -> None:
         """Give up the writer role (no-op if not held)."""
         session_id = validate_session_id(session_id)
-        await self._write(lambda tx: writes.release(tx, self._state, session_id))
+        await self._write(
+            lambda tx: writes.release(tx, self._state, session_id), light=True
+        )
 
     async def aclose(self) -> None:
         """Release every writer role, then stop the threads. Idempotent."""
@@ -372,7 +378,7 @@ class SqlitePersistence:
         try:
             if self._used and os.getpid() == self._pid:
                 await self._writer.submit(
-                    lambda tx: writes.release_all(tx, self._state)
+                    lambda tx: writes.release_all(tx, self._state), light=True
                 )
         except TurnkeepError:
             pass  # a poisoned or unopenable store: the rows die with this process
@@ -428,11 +434,15 @@ class SqlitePersistence:
             )
 
     async def _write(
-        self, operation: Callable[[Tx], T], *, unknown: Unknown | None = None
+        self,
+        operation: Callable[[Tx], T],
+        *,
+        unknown: Unknown | None = None,
+        light: bool = False,
     ) -> T:
         self._check_usable()
         self._used = True
-        return await self._writer.submit(operation, unknown=unknown)
+        return await self._writer.submit(operation, unknown=unknown, light=light)
 
     async def _read(self, read: Callable[[sqlite3.Connection], T]) -> T:
         self._check_usable()

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
@@ -69,6 +69,9 @@ class Tx:
 
 Operation = Callable[[Tx], T]
 
+_LIGHT: Final = {"FULL": "NORMAL", "EXTRA": "NORMAL"}
+"""The sync level of a light group, by the configured one (lower ones stay)."""
+
 
 Unknown = Callable[[StorageError], TurnkeepError]
 """Builds the error of an operation whose `COMMIT` failed (outcome unknown)."""
@@ -81,15 +84,21 @@ class _Job(Generic[T]):
     loop: asyncio.AbstractEventLoop
     settled: bool = False
     unknown: Unknown | None = None
+    light: bool = False
 
 
 @attrs.define
 class WriterStats:
-    """Counters for tests and benchmarks (read without locking; approximate)."""
+    """Counters for tests and benchmarks (read without locking; approximate).
+
+    `light` counts the groups committed without a sync of their own (every
+    operation in them was light: see `Writer.submit`).
+    """
 
     groups: int = 0
     operations: int = 0
     largest_group: int = 0
+    light: int = 0
 
 
 @attrs.define(eq=False)
@@ -111,6 +120,8 @@ class Writer:
     verify: Callable[[], None]
     busy_timeout_s: float
     max_group: int
+    synchronous: str = "FULL"
+    """The `PRAGMA synchronous` the connection was opened with."""
     stats: WriterStats = attrs.field(init=False, factory=WriterStats)
     _inbox: queue.SimpleQueue[_Job[Any] | None] = attrs.field(
         init=False, factory=queue.SimpleQueue[_Job[Any] | None]
@@ -118,6 +129,8 @@ class Writer:
     _gate: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _conn: sqlite3.Connection | None = attrs.field(init=False, default=None)
+    _level: str = attrs.field(init=False, default="")
+    """The `PRAGMA synchronous` set last on the connection ("": as opened)."""
     _closing: bool = attrs.field(init=False, default=False)
     _poison: StorageError | None = attrs.field(init=False, default=None)
     _outbox: list[tuple[_Job[Any], bool, Any]] = attrs.field(
@@ -125,7 +138,11 @@ class Writer:
     )
 
     def submit(
-        self, operation: Operation[T], *, unknown: Unknown | None = None
+        self,
+        operation: Operation[T],
+        *,
+        unknown: Unknown | None = None,
+        light: bool = False,
     ) -> asyncio.Future[T]:
         """Queue `operation` for a group; the future settles after its commit.
 
@@ -133,6 +150,14 @@ class Writer:
         the writer thread; those queued while it commits form its next group.
         If the group's `COMMIT` fails, the future fails with `unknown(error)`
         (when given): the operation may have been committed all the same.
+
+        A `light` operation (taking or giving up the writer role) needs no
+        sync of its own: a group of light operations only commits with
+        `synchronous = NORMAL`, which in WAL mode survives a crash of the
+        process but not of the machine until the next durable commit syncs
+        the WAL (which holds it, as every commit before it). A claim lost to
+        a power cut leaves the session as its last owner left it; a lost
+        release, an owner that is gone (R9, R18).
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -151,7 +176,7 @@ class Writer:
                     daemon=True,
                 )
                 self._thread.start()
-            self._inbox.put(_Job(operation, future, loop, unknown=unknown))
+            self._inbox.put(_Job(operation, future, loop, unknown=unknown, light=light))
         return future
 
     def close(self, *, wait: bool = True) -> None:
@@ -220,6 +245,7 @@ class Writer:
         if self._conn is None:
             try:
                 self._conn = self.opener()
+                self._level = self.synchronous
             except Exception as exc:  # noqa: BLE001 - handed to every caller
                 self._fail(jobs, exc)
                 return
@@ -233,6 +259,7 @@ class Writer:
         """Run `jobs` in one transaction; return jobs to rerun in a fresh one."""
         deadline = time.monotonic() + self.busy_timeout_s
         try:
+            self._sync_level(conn, all(job.light for job in jobs))
             retry_busy(
                 lambda: conn.execute("BEGIN IMMEDIATE"),
                 deadline=deadline,
@@ -362,6 +389,16 @@ class Writer:
             # A closed loop has no one left to tell.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, items)
+
+    def _sync_level(self, conn: sqlite3.Connection, light: bool) -> None:
+        """Commit the next group with a sync of its own, or (`light`) without."""
+        level = _LIGHT.get(self.synchronous, self.synchronous) if light else None
+        want = level or self.synchronous
+        if want != self._level:
+            conn.execute(f"PRAGMA synchronous = {want}")  # one of the known names
+            self._level = want
+        if light and want != self.synchronous:
+            self.stats.light += 1
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
