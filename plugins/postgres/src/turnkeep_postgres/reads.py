@@ -232,7 +232,7 @@ async def load_after(
         # Rows are counted by LIMIT: a packed record stands for several seqs.
         "upto": _BIGINT,
         "max": max_bytes,
-        "limit": limit,
+        "limit": min(limit, _BIGINT),
     }
     async with conn.cursor(binary=True) as cur:
         await cur.execute(queries.load_range, params)
