@@ -56,12 +56,14 @@ def pack_batch(
     out: list[EventRecord] = []
     index, total = 0, len(records)
     while index < total:
-        end = _run_end(records, events, index)
-        if end - index < MIN_RUN:
+        texts = _run(records, events, index)
+        end = index + len(texts)
+        if len(texts) < MIN_RUN:
             out.append(records[index])
             index += 1
             continue
-        pack = _make_pack(records, events, index, end)
+        message = _message(records, events, end, "".join(texts))
+        pack = _make_pack(records[index:end], texts, message)
         if len(pack.raw) > max_bytes:
             out.extend(records[index:end])
             index = end
@@ -71,61 +73,53 @@ def pack_batch(
     return out
 
 
-def _run_end(
+def _run(
     records: Sequence[EventRecord], events: Sequence[SessionEvent], start: int
-) -> int:
-    end = start
-    while end < len(records):
-        record = records[end]
+) -> list[str]:
+    """The texts of the packable chunks from `records[start]` on (the run)."""
+    texts: list[str] = []
+    for at in range(start, len(records)):  # (no slice: this runs per record)
+        record = records[at]
         if record.type != _CHUNK_TYPE or record.span != 1:
             break
-        event = events[record.seq]
-        data = event.data
+        data = events[record.seq].data
         if not isinstance(data, AssistantChunkData):
             break
         if record.raw != chunk_bytes(record.seq, record.time, data.text):
             break
-        end += 1
-    return end
+        texts.append(data.text)
+    return texts
 
 
-def _texts(
-    records: Sequence[EventRecord], events: Sequence[SessionEvent], start: int, end: int
-) -> list[str]:
-    return [events[records[i].seq].data.text for i in range(start, end)]  # pyright: ignore[reportAttributeAccessIssue]
-
-
-def _joins(
-    records: Sequence[EventRecord], events: Sequence[SessionEvent], start: int, end: int
-) -> bool:
-    """Whether the record after the run is the message assembling it."""
-    if end >= len(records):
-        return False
-    record = records[end]
+def _message(
+    records: Sequence[EventRecord],
+    events: Sequence[SessionEvent],
+    at: int,
+    text: str,
+) -> EventRecord | None:
+    """`records[at]` if it is the message assembling a run whose text is `text`."""
+    if at >= len(records):
+        return None
+    record = records[at]
     if record.type != _MESSAGE_TYPE or record.span != 1:
-        return False
+        return None
     message = events[record.seq]
-    if not isinstance(message, AssistantMessage):
-        return False
-    return message.data.text == "".join(_texts(records, events, start, end))
+    if not isinstance(message, AssistantMessage) or message.data.text != text:
+        return None
+    return record
 
 
 def _make_pack(
-    records: Sequence[EventRecord],
-    events: Sequence[SessionEvent],
-    start: int,
-    end: int,
+    chunks: Sequence[EventRecord], texts: list[str], message: EventRecord | None
 ) -> EventRecord:
-    texts = _texts(records, events, start, end)
-    times = [records[i].time for i in range(start, end)]
+    times = [r.time for r in chunks]
     z = base64.b64encode(zlib.compress(encode_varints(texts, times), 9)).decode("ascii")
-    first = records[start].seq
-    if _joins(records, events, start, end):
-        message = records[end]
+    first = chunks[0].seq
+    if message is not None:
         data = PackData(of=_CHUNK_TYPE, t0=times[0], z=z, msg=msgspec.Raw(message.raw))
         last, time = message.seq, message.time
     else:
         data = PackData(of=_CHUNK_TYPE, t0=times[0], z=z, text="".join(texts))
-        last, time = records[end - 1].seq, times[-1]
+        last, time = chunks[-1].seq, times[-1]
     pack = PackRecord(type=PACK_TYPE, seq=first, last=last, time=time, data=data)
     return EventRecord(first, PACK_TYPE, time, encode(pack), last - first + 1)

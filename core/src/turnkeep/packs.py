@@ -140,12 +140,7 @@ def record_last(raw: bytes) -> int:
         head = _head_decoder.decode(raw) if is_pack(raw) else None
     except (msgspec.DecodeError, RecursionError) as exc:
         raise EventDecodeError(f"stored pack is unreadable: {exc}") from exc
-    if head is not None:
-        return head.last
-    try:
-        return msgspec.json.decode(raw, type=_Seq).seq
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise EventDecodeError(f"stored event is unreadable: {exc}") from exc
+    return head.last if head is not None else record_first(raw)
 
 
 class _Seq(msgspec.Struct, gc=False):
